@@ -1,0 +1,9 @@
+"""Multi-agent environments: the PettingZoo Parallel protocol at the edge, batched arrays inside.
+
+`make_env(id, agents)` gives a PettingZoo-Parallel env (dicts keyed by agent) for users and
+tests; `make_batched(id, agents, copies, seed)` gives the array form the actors step.
+"""
+
+from envs.registry import EnvInfo, describe, make_batched, make_env
+
+__all__ = ["EnvInfo", "describe", "make_batched", "make_env"]

@@ -1,0 +1,38 @@
+"""PPO-clip loss (Schulman et al. 2017, "Proximal Policy Optimization Algorithms")."""
+
+from __future__ import annotations
+
+import torch
+
+
+def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor,
+             new_value: torch.Tensor, old_value: torch.Tensor, returns: torch.Tensor,
+             entropy: torch.Tensor, *, clip_coef: float, clip_vloss: bool, vf_coef: float,
+             ent_coef: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss to minimise, L = -L^CLIP + vf_coef * L^VF - ent_coef * S (Eq. 9).
+
+    L^CLIP = E[min(r A, clip(r, 1-eps, 1+eps) A)], r = pi/pi_old (Eq. 7). The value loss is
+    0.5 * (V - R)^2, optionally clipped around the old value as in the PPO reference code (and
+    CleanRL): 0.5 * max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2).
+    Also returns detached diagnostics: approx_kl ((r - 1) - log r, Schulman's low-variance
+    estimator) and clipfrac (the fraction of samples whose ratio left the clip range).
+    """
+    logratio = new_logprob - old_logprob
+    ratio = logratio.exp()
+    pg_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)).mean()
+    if clip_vloss:
+        v_clipped = old_value + (new_value - old_value).clamp(-clip_coef, clip_coef)
+        v_loss = 0.5 * torch.max((new_value - returns) ** 2, (v_clipped - returns) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((new_value - returns) ** 2).mean()
+    ent = entropy.mean()
+    loss = pg_loss - ent_coef * ent + vf_coef * v_loss
+    with torch.no_grad():
+        stats = {
+            "policy_loss": pg_loss.detach(),
+            "value_loss": v_loss.detach(),
+            "entropy": ent.detach(),
+            "approx_kl": ((ratio - 1) - logratio).mean(),
+            "clipfrac": ((ratio - 1).abs() > clip_coef).float().mean(),
+        }
+    return loss, stats

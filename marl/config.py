@@ -1,0 +1,239 @@
+"""The run's configuration: one dataclass, TOML files and command-line overrides.
+
+`Config` is the single source of truth. A TOML file (`--config`) sets any field by name, the
+command line overrides any field as `--field-name`, and `validate` rejects impossible values
+before a single process starts. Errors a user can cause are `UsageError`s: `train.py` prints
+their one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import math
+import sys
+import time
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class UsageError(Exception):
+    """A mistake in the user's input; its message is one line that names the problem and the fix."""
+
+
+def _f(default, help: str, **kw):
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class Config:
+    # --- what to train on
+    env: str = _f("CartPole-v1", "Gymnasium id (also `module:EnvId`); a single-agent id becomes N independent agents")
+    agents: int = _f(8, "agents acting in each environment copy")
+    # --- processes
+    actors: int = _f(2, "actor processes (RPC workers stepping environments)")
+    envs_per_actor: int = _f(4, "environment copies owned by each actor")
+    learners: int = _f(0, "learner ranks (FSDP2); 0 = one per visible GPU, or 1 without GPUs")
+    # --- collection
+    rollout: str = _f("steps", "unit of one actor request: `steps` (num-steps per env copy, episodes continue) or `episodes`", choices=("steps", "episodes"))
+    num_steps: int = _f(32, "environment steps per actor request (rollout=steps)")
+    episodes_per_request: int = _f(1, "whole episodes per agent per actor request (rollout=episodes)")
+    # --- budget and stopping
+    total_steps: int = _f(2_000_000, "step budget in agent-steps (one agent acting once = one step)")
+    target_return: typing.Optional[float] = _f(None, "stop when the mean return of the last 100 episodes reaches this; default: the env's reward_threshold")
+    # --- PPO (names as in CleanRL's ppo.py)
+    learning_rate: float = _f(2.5e-3, "Adam learning rate")
+    anneal_lr: bool = _f(True, "anneal the learning rate linearly to 0 over the step budget")
+    gamma: float = _f(0.99, "discount factor")
+    gae_lambda: float = _f(0.95, "GAE lambda")
+    num_minibatches: int = _f(4, "minibatches per epoch (over all learner ranks together)")
+    update_epochs: int = _f(4, "epochs over each batch")
+    norm_adv: bool = _f(True, "normalise advantages over the batch")
+    clip_coef: float = _f(0.2, "PPO surrogate clipping coefficient")
+    clip_vloss: bool = _f(True, "clip the value loss like the policy ratio")
+    ent_coef: float = _f(0.0, "entropy bonus coefficient")
+    vf_coef: float = _f(0.5, "value loss coefficient")
+    max_grad_norm: float = _f(0.5, "clip gradients to this global norm (across all learner ranks)")
+    target_kl: typing.Optional[float] = _f(None, "stop an update's epochs early when approx KL exceeds this")
+    hidden_sizes: tuple = _f((64, 64), "hidden layer widths of the actor and critic MLPs, e.g. 64,64")
+    precision: str = _f("fp32", "learner compute precision (bf16 keeps fp32 master weights and fp32 gradient reduction)", choices=("fp32", "bf16"))
+    # --- bookkeeping
+    seed: int = _f(1, "random seed (environments, sampling, initial weights)")
+    logdir: str = _f("runs", "TensorBoard root directory")
+    run_name: str = _f("", "run directory name under logdir; default: <env>__<seed>__<unix time>")
+    rpc_timeout: float = _f(60.0, "seconds before an RPC to an actor is declared failed")
+    master_addr: str = _f("127.0.0.1", "address the RPC and c10d rendezvous bind to (local spawn); keep it on a trusted network")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.logdir) / self.run_name
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+_HINTS = typing.get_type_hints(Config)
+
+
+def _base_type(name: str):
+    hint = _HINTS[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def _convert(name: str, value):
+    """Turn a CLI string or a TOML value into the field's type; raise UsageError if it does not fit."""
+    kind = _base_type(name)
+    flag = "--" + name.replace("_", "-")
+    if value is None or (isinstance(value, str) and value.lower() == "none" and _HINTS[name] != kind):
+        if _HINTS[name] == kind:
+            raise UsageError(f"{flag} needs a value")
+        return None
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(value).lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind is int:
+            if isinstance(value, float) or isinstance(value, bool):
+                raise ValueError
+            return int(str(value).replace("_", ""))
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind is tuple:
+            items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+            return tuple(int(v) for v in items)
+        if not isinstance(value, str):
+            raise ValueError
+        return value
+    except ValueError:
+        raise UsageError(f"{flag} expects {kind.__name__ if kind is not tuple else 'comma-separated integers'}, got {value!r}") from None
+
+
+def _suggest(word: str, options) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def load_toml(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"config file {path} does not exist; pass an existing TOML file to --config (see configs/)")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"config file {path} is not valid TOML: {e}") from None
+    out = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name not in FIELDS:
+            raise UsageError(f"config file {path}: unknown key {key!r}{_suggest(name, FIELDS)}")
+        out[name] = _convert(name, value)
+    return out
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, as for every other usage error
+        raise UsageError(f"{message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="train.py", description=(
+        "Train agents with PPO: RPC actors collect, an FSDP2 learner group learns. "
+        "Every flag is a field of marl.config.Config and can also be set in a --config TOML file."))
+    p.add_argument("--config", default=argparse.SUPPRESS,
+                   help="TOML file of field = value pairs (see configs/); flags given here override it")
+    for f in dataclasses.fields(Config):
+        kind = _base_type(f.name)
+        default = ",".join(map(str, f.default)) if kind is tuple else f.default
+        kw = dict(default=argparse.SUPPRESS, help=f"{f.metadata['help']} (default: {default})".replace("%", "%%"))
+        flag = "--" + f.name.replace("_", "-")
+        if kind is bool:
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+        else:
+            metavar = "N,N" if kind is tuple else kind.__name__.upper()
+            p.add_argument(flag, metavar=metavar, choices=f.metadata.get("choices"), **kw)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    """Config from defaults, then the TOML file, then the flags; not yet validated."""
+    args = vars(build_parser().parse_args(argv))
+    values = load_toml(args.pop("config")) if "config" in args else {}
+    for name, raw in args.items():
+        values[name] = raw if isinstance(raw, bool) else _convert(name, raw)
+    return Config(**values)
+
+
+def validate(cfg: Config, *, gpus: int) -> Config:
+    """Reject impossible values with one line each; fill in the defaults that depend on the machine.
+
+    `gpus` is the number of visible CUDA devices (0 on CPU). Env-dependent checks (id, spaces,
+    reward threshold) happen in `envs.registry.describe`, called by `train.py` right after this.
+    """
+    for name in ("agents", "actors", "envs_per_actor", "num_steps", "episodes_per_request",
+                 "total_steps", "num_minibatches", "update_epochs"):
+        v = getattr(cfg, name)
+        if v < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {v}")
+    if cfg.learners < 0:
+        raise UsageError(f"--learners must be at least 1 (or 0 for one per GPU), got {cfg.learners}")
+    learners = cfg.learners or max(gpus, 1)
+    if gpus and learners > gpus:
+        raise UsageError(f"--learners {learners} is more than the {gpus} visible GPU(s); use --learners {gpus} or fewer")
+    checks = [
+        ("learning_rate", 0 < cfg.learning_rate <= 1, "in (0, 1]"),
+        ("gamma", 0 <= cfg.gamma <= 1, "in [0, 1]"),
+        ("gae_lambda", 0 <= cfg.gae_lambda <= 1, "in [0, 1]"),
+        ("clip_coef", 0 < cfg.clip_coef < 1, "in (0, 1)"),
+        ("ent_coef", cfg.ent_coef >= 0, "at least 0"),
+        ("vf_coef", cfg.vf_coef > 0, "greater than 0"),
+        ("max_grad_norm", cfg.max_grad_norm > 0, "greater than 0"),
+        ("rpc_timeout", cfg.rpc_timeout > 0, "greater than 0"),
+    ]
+    for name, ok, want in checks:
+        v = getattr(cfg, name)
+        if not ok or (isinstance(v, float) and not math.isfinite(v)):
+            raise UsageError(f"--{name.replace('_', '-')} must be {want}, got {v}")
+    if cfg.target_kl is not None and cfg.target_kl <= 0:
+        raise UsageError(f"--target-kl must be greater than 0, got {cfg.target_kl}")
+    if not cfg.hidden_sizes or min(cfg.hidden_sizes) < 1:
+        raise UsageError(f"--hidden-sizes must be positive widths like 64,64, got {cfg.hidden_sizes}")
+    if cfg.rollout == "steps":
+        batch = cfg.num_steps * cfg.envs_per_actor * cfg.agents * cfg.actors
+        if batch % (learners * cfg.num_minibatches):
+            raise UsageError(
+                f"the batch of {batch} agent-steps (num-steps x envs-per-actor x agents x actors) does not split into "
+                f"{cfg.num_minibatches} minibatches on {learners} learner(s); change --num-steps or --num-minibatches")
+    run_name = cfg.run_name or f"{cfg.env.replace(':', '_').replace('/', '_')}__{cfg.seed}__{int(time.time())}"
+    if "/" in run_name or run_name in (".", ".."):
+        raise UsageError(f"--run-name must be a plain directory name, got {run_name!r}")
+    return dataclasses.replace(cfg, learners=learners, run_name=run_name)
+
+
+def to_toml(cfg: Config) -> str:
+    """The resolved config as TOML that `--config` reads back (None fields are left out)."""
+    lines = []
+    for name in FIELDS:
+        v = getattr(cfg, name)
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            text = "true" if v else "false"
+        elif isinstance(v, str):
+            text = '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        elif isinstance(v, tuple):
+            text = "[" + ", ".join(str(x) for x in v) + "]"
+        elif isinstance(v, float):
+            text = repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf") if not math.isnan(v) else "nan"
+        else:
+            text = str(v)
+        lines.append(f"{name} = {text}")
+    return "\n".join(lines) + "\n"

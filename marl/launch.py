@@ -1,0 +1,211 @@
+"""How processes are born, find each other, and end.
+
+World layout: ranks 0..L-1 are learners (rank 0 also runs the coordinator), ranks L..L+A-1 are
+actors. Every rank joins one RPC world and one gloo default process group; the learners also
+form their own group (NCCL on GPUs, gloo on CPU) that FSDP2 shards over.
+
+Local spawn (the default): this process becomes rank 0 and spawns the others, on 127.0.0.1 and
+free ports. Under `torchrun`, every process is started by torchrun and reads its rank from the
+environment; the rendezvous goes through torchrun's own store.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.distributed.rpc as rpc
+import torch.multiprocessing as mp
+
+from envs import EnvInfo
+from marl.config import Config, UsageError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def device_and_backend(local_rank: int) -> tuple[torch.device, str]:
+    """The one place that decides where learners compute: NCCL on cuda:<local_rank>, else gloo on CPU."""
+    if torch.cuda.is_available():
+        return torch.device(f"cuda:{local_rank}"), "nccl"
+    return torch.device("cpu"), "gloo"
+
+
+def role_name(rank: int, learners: int) -> str:
+    return f"learner{rank}" if rank < learners else f"actor{rank - learners}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendezvous:
+    pg_init: str  # init_method of the c10d default process group
+    rpc_init: str  # init_method of the RPC world (its own TCPStore: a different port)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _name_process(name: str) -> None:
+    """Show the role in ps/top (Linux's comm holds 15 bytes)."""
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write(f"marl-{name}"[:15])
+    except OSError:
+        pass
+
+
+def _die_with_parent() -> None:
+    """A child of local spawn must not outlive the launcher, even if the launcher is SIGKILLed."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo, rdzv: Rendezvous,
+             on_ready: Callable[[], None] | None = None) -> int:
+    """Everything one process does, from joining the job to leaving it. Returns its exit code.
+
+    `on_ready` is called once the last rendezvous (RPC's) is done: every process is up.
+    """
+    role = role_name(rank, cfg.learners)
+    _name_process(role)
+    is_learner = rank < cfg.learners
+    device, backend = device_and_backend(local_rank) if is_learner else (torch.device("cpu"), "gloo")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.set_num_threads(1)  # learners and actors share the cores; small MLPs gain nothing from threads
+    timeout = timedelta(seconds=max(cfg.rpc_timeout, 60))
+    dist.init_process_group("gloo", init_method=rdzv.pg_init, rank=rank, world_size=world, timeout=timeout)
+    learner_group = dist.new_group(list(range(cfg.learners)), backend=backend, timeout=timeout)
+    rpc.init_rpc(role, rank=rank, world_size=world, rpc_backend_options=rpc.TensorPipeRpcBackendOptions(
+        init_method=rdzv.rpc_init, rpc_timeout=cfg.rpc_timeout,
+        # TensorPipe's shm/cma transports have failed in containers; plain sockets always work.
+        _transports=["uv"], _channels=["basic"]))
+    if on_ready is not None:
+        on_ready()
+    graceful = False
+    try:
+        if rank == 0:
+            code = _coordinate(cfg, info, learner_group, device)
+        elif is_learner:
+            from marl.learner import Learner, follow
+            follow(Learner(cfg, info, learner_group, device))
+            code = 0
+        else:
+            code = 0  # an actor only serves the coordinator's RPCs, until the collective shutdown below
+        graceful = True
+        return code
+    finally:
+        # A graceful shutdown waits for every peer and hangs if one died: only on success.
+        rpc.shutdown(graceful=graceful)
+        if graceful:
+            dist.destroy_process_group()
+
+
+def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device) -> int:
+    from marl.coordinator import Coordinator
+    from marl.learner import Learner, LearnerGroup
+    from marl.logging import RunLogger
+
+    learners = LearnerGroup(Learner(cfg, info, learner_group, device))
+    logger = RunLogger(cfg, info.agent_ids)
+    try:
+        result = Coordinator(cfg, info, learners, logger).run()
+        learners.stop()
+    finally:
+        logger.close()
+    if result.reason == "target":
+        logger.print(f"solved: mean return {result.mean_return:.1f} over the last 100 episodes reached "
+                     f"{cfg.target_return:g} at step {result.global_step:,} (iteration {result.iterations}) "
+                     f"in {result.seconds:.1f}s, {result.global_step / result.seconds:,.0f} steps/s")
+    else:
+        mean = "n/a" if result.mean_return is None else f"{result.mean_return:.1f}"
+        logger.print(f"step budget of {cfg.total_steps:,} reached at step {result.global_step:,} in {result.seconds:.1f}s "
+                     f"without reaching the target (mean return of the last 100 episodes: {mean})")
+    logger.print(f"logs: tensorboard --logdir {cfg.logdir}   (run {cfg.run_name})")
+    return 0
+
+
+def _child(rank: int, world: int, cfg: Config, info: EnvInfo, rdzv: Rendezvous) -> None:
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    sys.exit(run_rank(rank, world, rank, cfg, info, rdzv))
+
+
+def _under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
+
+
+def launch(cfg: Config, info: EnvInfo) -> int:
+    """Run the whole job; returns the exit code for this process."""
+    world = cfg.learners + cfg.actors
+    if _under_torchrun():
+        if int(os.environ["WORLD_SIZE"]) != world:
+            raise UsageError(f"torchrun started {os.environ['WORLD_SIZE']} processes but --learners {cfg.learners} + "
+                             f"--actors {cfg.actors} = {world}; make --nproc-per-node x --nnodes equal {world}")
+        rdzv = Rendezvous("env://", "env://")  # both through torchrun's agent store
+        return run_rank(int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]), cfg, info, rdzv)
+
+    host = cfg.master_addr
+    if host in ("127.0.0.1", "localhost"):
+        # Gloo and TensorPipe otherwise pick an address from the hostname, which may not be loopback.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
+    rdzv = Rendezvous(f"tcp://{host}:{_free_port(host)}", f"tcp://{host}:{_free_port(host)}")
+    ctx = mp.get_context("spawn")
+    children = [ctx.Process(target=_child, args=(r, world, cfg, info, rdzv), name=role_name(r, cfg.learners), daemon=True)
+                for r in range(1, world)]
+    for p in children:
+        p.start()
+    started = threading.Event()
+    watchdog = threading.Thread(target=_watch_start, args=(children, started), daemon=True)
+    watchdog.start()
+    code = 1
+    try:
+        code = run_rank(0, world, 0, cfg, info, rdzv, on_ready=started.set)
+    except KeyboardInterrupt:
+        print("marl: interrupted, stopping every process", file=sys.stderr)
+        code = 130
+    except Exception:
+        traceback.print_exc()
+        print("marl: the run failed (traceback above); stopping every process", file=sys.stderr)
+        code = 1
+    finally:
+        _end_children(children, wait=10.0 if code == 0 else 0.0)
+    return code
+
+
+def _watch_start(children: list, started: threading.Event) -> None:
+    """During start-up rank 0 blocks inside rendezvous calls that would wait minutes for a child
+    that already died; end the job at once instead."""
+    while not started.is_set():
+        for p in children:
+            if p.exitcode is not None:
+                print(f"marl: process {p.name} exited with code {p.exitcode} during start-up; stopping", file=sys.stderr, flush=True)
+                _end_children(children, wait=0.0)
+                os._exit(1)
+        time.sleep(0.05)
+
+
+def _end_children(children: list, wait: float) -> None:
+    deadline = time.monotonic() + wait
+    for p in children:
+        p.join(timeout=max(deadline - time.monotonic(), 0))
+    for p in children:
+        if p.is_alive():
+            p.kill()
+    for p in children:
+        p.join(timeout=5)

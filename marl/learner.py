@@ -1,0 +1,162 @@
+"""Learner: the policy sharded with FSDP2 over the learner ranks, and the PPO update.
+
+`parallelize` shards a plain model (TorchTitan's split: the model knows nothing of FSDP).
+`Learner` is one rank's half of an update. Learner rank 0 hosts the coordinator, which drives
+the other ranks through `LearnerGroup`; ranks > 0 run `follow`. Each command goes out as a
+broadcast header, so every rank enters every collective (FSDP's, the state-dict gather) in
+the same order. Nothing here knows about RPC or actors.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from envs import EnvInfo
+from marl.algorithms import ppo_loss
+from marl.config import Config
+from marl.models import ActorCritic, build_model, entropy, log_prob
+
+_STOP, _TRAIN, _GATHER = 0, 1, 2
+METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
+
+
+def parallelize(model: ActorCritic, mesh: DeviceMesh, precision: str) -> ActorCritic:
+    """Shard each block, then the root (whose own parameters are the heads and log_std)."""
+    if precision == "bf16":
+        # Sharded master weights stay fp32 and gradients reduce in fp32; only compute is bf16.
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.float32)
+    else:
+        mp = MixedPrecisionPolicy()
+    for block in model.blocks():
+        fully_shard(block, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    return model
+
+
+def sample_fields(info: EnvInfo) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Per-sample shape and dtype of each field of a training batch."""
+    action_dtype = torch.int64 if info.action_kind == "discrete" else torch.float32
+    scalar = ((), torch.float32)
+    return {"obs": (info.obs_shape, torch.float32), "actions": (info.action_shape, action_dtype),
+            "logprobs": scalar, "values": scalar, "advantages": scalar, "returns": scalar}
+
+
+class Learner:
+    def __init__(self, cfg: Config, info: EnvInfo, group: dist.ProcessGroup, device: torch.device):
+        self.cfg, self.info, self.group, self.device = cfg, info, group, device
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        # Every rank must start from the same full weights: fully_shard keeps each rank's own slice.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            model = build_model(info, cfg.hidden_sizes)
+        mesh = DeviceMesh.from_group(group, device.type)
+        self.model = parallelize(model.to(device), mesh, cfg.precision)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        self.generator = torch.Generator().manual_seed(cfg.seed * 1_000 + self.rank)
+
+    def update(self, shard: dict[str, torch.Tensor], lr: float) -> dict[str, float]:
+        """PPO epochs over this rank's shard; returns metrics averaged over minibatches and ranks."""
+        cfg, kind = self.cfg, self.info.action_kind
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        data = {k: v.to(self.device, non_blocking=True) for k, v in shard.items()}
+        n = data["obs"].shape[0]
+        mb = n // cfg.num_minibatches
+        totals = torch.zeros(len(METRICS), device=self.device)
+        count = 0
+        for _ in range(cfg.update_epochs):
+            perm = torch.randperm(n, generator=self.generator).to(self.device)
+            epoch_kl = torch.zeros((), device=self.device)
+            for k in range(cfg.num_minibatches):
+                idx = perm[k * mb:(k + 1) * mb]
+                pd, value = self.model(data["obs"][idx])
+                pd, value = pd.float(), value.float()
+                loss, stats = ppo_loss(
+                    log_prob(pd, kind, data["actions"][idx]), data["logprobs"][idx], data["advantages"][idx],
+                    value, data["values"][idx], data["returns"][idx], entropy(pd, kind),
+                    clip_coef=cfg.clip_coef, clip_vloss=cfg.clip_vloss, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                if isinstance(grad_norm, DTensor):
+                    grad_norm = grad_norm.full_tensor()  # the global norm over every rank's shards
+                self.optimizer.step()
+                totals += torch.stack([*(stats[m] for m in METRICS[:-1]), grad_norm.detach().float()])
+                epoch_kl += stats["approx_kl"]
+                count += 1
+            if cfg.target_kl is not None:
+                # Every rank must stop after the same epoch, or the next collective deadlocks.
+                dist.all_reduce(epoch_kl, group=self.group)
+                if epoch_kl.item() / (self.world * cfg.num_minibatches) > cfg.target_kl:
+                    break
+        dist.all_reduce(totals, group=self.group)
+        return dict(zip(METRICS, (totals / (count * self.world)).tolist()))
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Unsharded CPU weights (a collective: every rank calls it; rank 0 receives them)."""
+        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+class LearnerGroup:
+    """Rank 0's handle on all learner ranks: splits the batch, sends each rank its shard, gathers weights."""
+
+    def __init__(self, learner: Learner):
+        self.learner = learner
+        self.fields = sample_fields(learner.info)
+        self.generator = torch.Generator().manual_seed(learner.cfg.seed)
+
+    def _header(self, command: int, per_rank: int = 0, lr: float = 0.0) -> None:
+        header = torch.tensor([command, per_rank, lr], dtype=torch.float64, device=self.learner.device)
+        dist.broadcast(header, group=self.learner.group, group_src=0)
+
+    def update(self, batch: dict[str, torch.Tensor], lr: float) -> tuple[dict[str, float], int]:
+        """One PPO update on `batch` (flat samples on CPU). Returns the metrics and the samples used.
+
+        Samples are shuffled, then cut to a multiple of ranks x minibatches (a few at most are
+        dropped when masked steps make the batch size odd), so that every rank does the same
+        number of equal minibatch steps.
+        """
+        L, K = self.learner.world, self.learner.cfg.num_minibatches
+        n = batch["obs"].shape[0]
+        per_rank = (n // (L * K)) * K
+        if per_rank == 0:
+            raise RuntimeError(f"batch of {n} samples is too small for {L} learner(s) x {K} minibatches")
+        perm = torch.randperm(n, generator=self.generator)[: per_rank * L]
+        self._header(_TRAIN, per_rank, lr)
+        own = {}
+        for key in self.fields:
+            chunks = [c.to(self.learner.device).contiguous() for c in batch[key][perm].split(per_rank)]
+            own[key] = torch.empty_like(chunks[0])
+            dist.scatter(own[key], chunks, group=self.learner.group, group_src=0)
+        return self.learner.update(own, lr), per_rank * L
+
+    def gather(self) -> dict[str, torch.Tensor]:
+        self._header(_GATHER)
+        return self.learner.full_state_dict()
+
+    def stop(self) -> None:
+        self._header(_STOP)
+
+
+def follow(learner: Learner) -> None:
+    """Learner ranks > 0: do what rank 0's LearnerGroup broadcasts, until it says stop."""
+    fields = sample_fields(learner.info)
+    header = torch.empty(3, dtype=torch.float64, device=learner.device)
+    while True:
+        dist.broadcast(header, group=learner.group, group_src=0)
+        command, per_rank, lr = int(header[0]), int(header[1]), float(header[2])
+        if command == _STOP:
+            return
+        if command == _GATHER:
+            learner.full_state_dict()
+            continue
+        shard = {}
+        for key, (shape, dtype) in fields.items():
+            shard[key] = torch.empty((per_rank, *shape), dtype=dtype, device=learner.device)
+            dist.scatter(shard[key], None, group=learner.group, group_src=0)
+        learner.update(shard, lr)

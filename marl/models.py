@@ -1,0 +1,91 @@
+"""Actor-critic networks and the action distributions they parameterise.
+
+The network is plain PyTorch: the learner shards it (`learner.parallelize`), the actors run a
+CPU copy of it as is. Its `blocks` are the units FSDP2 shards one by one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from envs import EnvInfo
+
+
+def _layer(n_in: int, n_out: int, std: float) -> nn.Linear:
+    # Orthogonal init with these gains is what makes PPO on classic control fast (CleanRL, Huang et al. 2022).
+    layer = nn.Linear(n_in, n_out)
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class MLP(nn.Module):
+    def __init__(self, n_in: int, hidden: tuple[int, ...], n_out: int, head_std: float):
+        super().__init__()
+        widths = (n_in, *hidden)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(_layer(a, b, math.sqrt(2)), nn.Tanh()) for a, b in zip(widths, widths[1:]))
+        self.head = _layer(widths[-1], n_out, head_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs (as CleanRL's ppo.py).
+
+    forward(obs) -> (pd, value): `pd` holds the distribution's parameters, logits [B, n] for
+    Discrete actions, [mean, log_std] concatenated [B, 2n] for Box actions.
+    """
+
+    def __init__(self, obs_dim: int, action_kind: str, num_actions: int, hidden: tuple[int, ...]):
+        super().__init__()
+        self.action_kind = action_kind
+        self.actor = MLP(obs_dim, hidden, num_actions, head_std=0.01)
+        self.critic = MLP(obs_dim, hidden, 1, head_std=1.0)
+        self.log_std = nn.Parameter(torch.zeros(num_actions)) if action_kind == "box" else None
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pd = self.actor(obs)
+        if self.log_std is not None:
+            pd = torch.cat([pd, self.log_std.to(pd.dtype).expand_as(pd)], dim=-1)
+        return pd, self.critic(obs).squeeze(-1)
+
+    def blocks(self) -> list[nn.Module]:
+        return [*self.actor.blocks, *self.critic.blocks]
+
+
+def build_model(info: EnvInfo, hidden: tuple[int, ...]) -> ActorCritic:
+    return ActorCritic(info.obs_dim, info.action_kind, info.num_actions, tuple(hidden))
+
+
+def sample(pd: torch.Tensor, kind: str, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw actions and their log-probabilities. Discrete uses the Gumbel-max trick (one kernel, no Categorical object)."""
+    if kind == "discrete":
+        u = torch.rand(pd.shape, generator=generator, dtype=pd.dtype).clamp_(min=1e-20)
+        action = torch.argmax(pd - torch.log(-torch.log(u)), dim=-1)
+        return action, log_prob(pd, kind, action)
+    mean, log_std = pd.chunk(2, dim=-1)
+    action = mean + log_std.exp() * torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+    return action, log_prob(pd, kind, action)
+
+
+def log_prob(pd: torch.Tensor, kind: str, action: torch.Tensor) -> torch.Tensor:
+    if kind == "discrete":
+        return torch.log_softmax(pd, dim=-1).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+    mean, log_std = pd.chunk(2, dim=-1)
+    z = (action - mean) / log_std.exp()
+    return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+def entropy(pd: torch.Tensor, kind: str) -> torch.Tensor:
+    if kind == "discrete":
+        logp = torch.log_softmax(pd, dim=-1)
+        return -(logp.exp() * logp).sum(-1)
+    _, log_std = pd.chunk(2, dim=-1)
+    return (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)

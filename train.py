@@ -1,0 +1,34 @@
+"""Train agents with PPO on RPC actors and an FSDP2 learner: `python train.py --agents 8`."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from marl.config import UsageError, parse_args, validate
+
+    try:
+        cfg = parse_args(argv)
+        import torch
+
+        from envs.registry import EnvError, describe
+
+        try:
+            cfg = validate(cfg, gpus=torch.cuda.device_count())
+            info = describe(cfg.env, cfg.agents)
+        except EnvError as e:
+            raise UsageError(str(e)) from None
+        if cfg.target_return is None and info.reward_threshold is not None:
+            cfg = dataclasses.replace(cfg, target_return=float(info.reward_threshold))
+        from marl.launch import launch
+
+        return launch(cfg, info)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
