@@ -4,22 +4,21 @@ World layout: ranks 0..L-1 are learners (rank 0 also runs the coordinator), rank
 actors. Every rank joins one RPC world and one gloo default process group; the learners also
 form their own group (NCCL on GPUs, gloo on CPU) that FSDP2 shards over.
 
-Local spawn (the default): this process becomes rank 0 and spawns the others, on 127.0.0.1 and
-free ports. Under `torchrun`, every process is started by torchrun and reads its rank from the
+Local spawn (the default): this process hosts the rendezvous store (on 127.0.0.1 and a port the
+OS picks), becomes rank 0 and spawns the others. Under `torchrun`, every process is started by torchrun and reads its rank from the
 environment; the rendezvous goes through torchrun's own store.
 """
 
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import os
 import signal
-import socket
 import sys
 import threading
 import time
 import traceback
+import warnings
 from datetime import timedelta
 from typing import Callable
 
@@ -45,18 +44,6 @@ def role_name(rank: int, learners: int) -> str:
     return f"learner{rank}" if rank < learners else f"actor{rank - learners}"
 
 
-@dataclasses.dataclass(frozen=True)
-class Rendezvous:
-    pg_init: str  # init_method of the c10d default process group
-    rpc_init: str  # init_method of the RPC world (its own TCPStore: a different port)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _name_process(name: str) -> None:
     """Show the role in ps/top (Linux's comm holds 15 bytes)."""
     try:
@@ -74,7 +61,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo, rdzv: Rendezvous,
+def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo, init_method: str,
              on_ready: Callable[[], None] | None = None) -> int:
     """Everything one process does, from joining the job to leaving it. Returns its exit code.
 
@@ -88,12 +75,16 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
         torch.cuda.set_device(device)
     torch.set_num_threads(1)  # learners and actors share the cores; small MLPs gain nothing from threads
     timeout = timedelta(seconds=max(cfg.rpc_timeout, 60))
-    dist.init_process_group("gloo", init_method=rdzv.pg_init, rank=rank, world_size=world, timeout=timeout)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=timeout)
     learner_group = dist.new_group(list(range(cfg.learners)), backend=backend, timeout=timeout)
-    rpc.init_rpc(role, rank=rank, world_size=world, rpc_backend_options=rpc.TensorPipeRpcBackendOptions(
-        init_method=rdzv.rpc_init, rpc_timeout=cfg.rpc_timeout,
+    options = rpc.TensorPipeRpcBackendOptions(
+        init_method=init_method, rpc_timeout=cfg.rpc_timeout,
         # TensorPipe's shm/cma transports have failed in containers; plain sockets always work.
-        _transports=["uv"], _channels=["basic"]))
+        _transports=["uv"], _channels=["basic"])
+    with warnings.catch_warnings():
+        # TensorPipe's own device-map exchange trips a torch deprecation warning that users can do nothing about.
+        warnings.filterwarnings("ignore", message=".*as a ProcessGroup.*")
+        rpc.init_rpc(role, rank=rank, world_size=world, rpc_backend_options=options)
     if on_ready is not None:
         on_ready()
     graceful = False
@@ -139,10 +130,10 @@ def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device)
     return 0
 
 
-def _child(rank: int, world: int, cfg: Config, info: EnvInfo, rdzv: Rendezvous) -> None:
+def _child(rank: int, world: int, cfg: Config, info: EnvInfo, init_method: str) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
-    sys.exit(run_rank(rank, world, rank, cfg, info, rdzv))
+    sys.exit(run_rank(rank, world, rank, cfg, info, init_method))
 
 
 def _under_torchrun() -> bool:
@@ -156,17 +147,22 @@ def launch(cfg: Config, info: EnvInfo) -> int:
         if int(os.environ["WORLD_SIZE"]) != world:
             raise UsageError(f"torchrun started {os.environ['WORLD_SIZE']} processes but --learners {cfg.learners} + "
                              f"--actors {cfg.actors} = {world}; make --nproc-per-node x --nnodes equal {world}")
-        rdzv = Rendezvous("env://", "env://")  # both through torchrun's agent store
-        return run_rank(int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]), cfg, info, rdzv)
+        # Both rendezvous go through torchrun's agent store, as they go through ours below.
+        return run_rank(int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]), cfg, info, "env://")
 
     host = cfg.master_addr
     if host in ("127.0.0.1", "localhost"):
         # Gloo and TensorPipe otherwise pick an address from the hostname, which may not be loopback.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
-    rdzv = Rendezvous(f"tcp://{host}:{_free_port(host)}", f"tcp://{host}:{_free_port(host)}")
+    # The launcher plays torchrun's agent: it hosts the one rendezvous store, on a port the OS picks
+    # (no window in which another program can take it), and every rank, this one included, joins
+    # it as a client. The c10d group and RPC keep their keys apart under their own prefixes.
+    store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+    init_method = f"tcp://{host}:{store.port}"
     ctx = mp.get_context("spawn")
-    children = [ctx.Process(target=_child, args=(r, world, cfg, info, rdzv), name=role_name(r, cfg.learners), daemon=True)
+    children = [ctx.Process(target=_child, args=(r, world, cfg, info, init_method), name=role_name(r, cfg.learners), daemon=True)
                 for r in range(1, world)]
     for p in children:
         p.start()
@@ -175,7 +171,7 @@ def launch(cfg: Config, info: EnvInfo) -> int:
     watchdog.start()
     code = 1
     try:
-        code = run_rank(0, world, 0, cfg, info, rdzv, on_ready=started.set)
+        code = run_rank(0, world, 0, cfg, info, init_method, on_ready=started.set)
     except KeyboardInterrupt:
         print("marl: interrupted, stopping every process", file=sys.stderr)
         code = 130

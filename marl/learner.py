@@ -29,12 +29,14 @@ def parallelize(model: ActorCritic, mesh: DeviceMesh, precision: str) -> ActorCr
     """Shard each block, then the root (whose own parameters are the heads and log_std)."""
     if precision == "bf16":
         # Sharded master weights stay fp32 and gradients reduce in fp32; only compute is bf16.
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.float32)
+        # Blocks hand bf16 on to the next layer; the root returns fp32 for the loss.
+        block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        root_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.float32)
     else:
-        mp = MixedPrecisionPolicy()
+        block_mp = root_mp = MixedPrecisionPolicy()
     for block in model.blocks():
-        fully_shard(block, mesh=mesh, mp_policy=mp)
-    fully_shard(model, mesh=mesh, mp_policy=mp)
+        fully_shard(block, mesh=mesh, mp_policy=block_mp)
+    fully_shard(model, mesh=mesh, mp_policy=root_mp)
     return model
 
 
@@ -56,7 +58,8 @@ class Learner:
             model = build_model(info, cfg.hidden_sizes)
         mesh = DeviceMesh.from_group(group, device.type)
         self.model = parallelize(model.to(device), mesh, cfg.precision)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
         self.generator = torch.Generator().manual_seed(cfg.seed * 1_000 + self.rank)
 
     def update(self, shard: dict[str, torch.Tensor], lr: float) -> dict[str, float]:
@@ -99,7 +102,11 @@ class Learner:
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Unsharded CPU weights (a collective: every rank calls it; rank 0 receives them)."""
-        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        # With one CPU rank there is nothing to gather or offload, and the "copy" aliases the live
+        # parameters, which the next optimizer step would change under whoever holds it.
+        live = {p.to_local().untyped_storage().data_ptr() for p in self.model.parameters()}
+        return {k: v.clone() if v.untyped_storage().data_ptr() in live else v for k, v in sd.items()}
 
 
 class LearnerGroup:

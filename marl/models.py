@@ -54,7 +54,8 @@ class ActorCritic(nn.Module):
         pd = self.actor(obs)
         if self.log_std is not None:
             pd = torch.cat([pd, self.log_std.to(pd.dtype).expand_as(pd)], dim=-1)
-        return pd, self.critic(obs).squeeze(-1)
+        # A reduction rather than squeeze(): FSDP2 warns when a sharded root returns a view.
+        return pd, self.critic(obs).sum(-1)
 
     def blocks(self) -> list[nn.Module]:
         return [*self.actor.blocks, *self.critic.blocks]

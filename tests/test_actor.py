@@ -1,0 +1,87 @@
+"""The actor's rollout logic, in-process (the RPC around it is exercised by the end-to-end tests)."""
+
+import dataclasses
+
+import torch
+
+from envs import describe, make_batched
+from marl.actor import RolloutWorker
+from marl.config import Config
+from marl.models import build_model
+
+
+def make_worker(**overrides) -> RolloutWorker:
+    cfg = dataclasses.replace(Config(), **{**dict(agents=3, envs_per_actor=2, num_steps=200), **overrides})
+    return RolloutWorker(cfg, describe(cfg.env, cfg.agents), index=0)
+
+
+def weights(cfg_hidden=(64, 64)):
+    torch.manual_seed(0)
+    return build_model(describe("CartPole-v1", 3), cfg_hidden).state_dict()
+
+
+def test_rollout_shapes_masks_and_episode_statistics():
+    w = make_worker()
+    tr = w.collect(0, weights())
+    T, E, N = 200, 2, 3
+    assert tr.obs.shape == (T, E, N, 4) and tr.actions.shape == (T, E, N) and tr.next_value.shape == (E, N)
+    assert tr.policy_version == 0 and tr.actor == 0
+    done = tr.terminated | tr.truncated
+    # The step after a done is an autoreset step: invalid, and only those are.
+    assert torch.equal(tr.valid[1:], ~done[:-1])
+    assert tr.valid[0].all()
+    assert tr.episode_returns.numel() == int(done.sum()) > 0
+    # CartPole pays 1 per step, so each finished episode's return is its length.
+    assert torch.equal(tr.episode_returns, tr.episode_lengths.double())
+    assert tr.steps == int(tr.valid.sum())
+    # Agent ids of finished episodes index the agent axis.
+    assert sorted(set(tr.episode_agents.tolist())) <= [0, 1, 2]
+
+
+def test_episodes_continue_across_requests():
+    w = make_worker(num_steps=5)
+    sd = weights()
+    a = w.collect(0, sd)
+    b = w.collect(0, None)  # same version: no weights sent
+    # The second rollout starts where the first stopped: its first obs is not a fresh reset everywhere.
+    assert not torch.equal(a.obs[0], b.obs[0])
+    assert b.valid[0].all() or (a.terminated[-1] | a.truncated[-1]).any()
+
+
+def test_truncation_bootstraps_from_the_value_of_the_final_observation():
+    # A 10-step time limit truncates every episode that survives it.
+    w = make_worker(num_steps=40)
+    w.env = make_batched("CartPole-v1", 3, 2, max_episode_steps=10)
+    w.obs = torch.from_numpy(w.env.reset(seed=0)).float()
+    tr = w.collect(0, weights())
+    assert tr.truncated.any()
+    with torch.inference_mode():
+        for t, e, n in tr.truncated.nonzero().tolist():
+            final_obs = tr.obs[t + 1, e, n] if t + 1 < tr.obs.shape[0] else w.obs[e, n]
+            _, v = w.policy(final_obs.unsqueeze(0))
+            assert torch.allclose(tr.bootstrap_value[t, e, n], v[0], atol=1e-6)
+    assert torch.all(tr.bootstrap_value[~tr.truncated] == 0)
+
+
+def test_episode_rollouts_return_whole_episodes_per_slot():
+    w = make_worker(rollout="episodes", episodes_per_request=2)
+    tr = w.collect(0, weights())
+    done = (tr.terminated | tr.truncated) & tr.valid
+    assert torch.equal(done.sum(0), torch.full((2, 3), 2))  # exactly K=2 finished episodes per slot
+    # After each slot's second episode ends, nothing of it is valid any more.
+    for e in range(2):
+        for n in range(3):
+            last_end = done[:, e, n].nonzero().max()
+            assert not tr.valid[last_end + 1:, e, n].any()
+    assert tr.episode_lengths.sum() == tr.valid.sum()
+
+
+def test_a_stale_version_without_weights_is_a_bug_not_silence():
+    w = make_worker()
+    w.collect(0, weights())
+    try:
+        w.collect(1, None)
+    except RuntimeError as e:
+        assert "version" in str(e)
+    else:
+        raise AssertionError("acting with weights it does not hold must fail")

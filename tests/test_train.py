@@ -1,0 +1,103 @@
+"""train.py end to end: real processes, real RPC, real FSDP over gloo, real CartPole, real event files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+from tests.conftest import ROOT, read_scalars
+
+CLEANRL_TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "losses/value_loss",
+                "losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
+                "losses/explained_variance", "perf/collect_seconds", "perf/learn_seconds", "perf/publish_seconds"]
+
+
+def comms(pids: list[int]) -> set[str]:
+    names = set()
+    for pid in pids:
+        try:
+            names.add(Path(f"/proc/{pid}/comm").read_text().strip())
+        except OSError:
+            pass
+    return names
+
+
+def test_default_run_solves_cartpole_with_eight_agents(train):
+    proc = train.start("--agents", "8", "--run-name", "solve")
+    try:
+        # While it runs, every role is a separate process that ps/top can tell apart.
+        expected = {"marl-learner0", "marl-actor0", "marl-actor1"}
+        deadline = time.monotonic() + 60
+        while not expected <= comms(train.survivors()) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert expected <= comms(train.survivors())
+        out, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "solved: mean return" in out, out[-2000:]
+    assert "Traceback" not in err
+    progress = [line for line in out.splitlines() if line.startswith("iter ")]
+    assert len(progress) > 5 and "steps/s" in progress[0] and "return" in progress[0]
+
+    run = train.logdir / "solve"
+    scalars = read_scalars(run)
+    for tag in CLEANRL_TAGS + [f"agents/agent_{i}/episodic_return" for i in range(8)]:
+        assert scalars.get(tag), f"missing TensorBoard tag {tag}"
+    steps = [s for s, _ in scalars["charts/SPS"]]
+    assert steps == sorted(steps) and steps[-1] > 10_000  # x-axis is global agent-steps
+    assert max(v for _, v in scalars["charts/episodic_return"]) >= 400
+    saved = tomllib.loads((run / "config.toml").read_text())
+    assert saved["agents"] == 8 and saved["target_return"] == 475.0 and saved["learners"] == 1
+    assert not train.survivors()
+
+
+def test_two_learners_and_two_actors_complete_and_learn(train):
+    r = train("--learners", "2", "--actors", "2", "--total-steps", "60000", "--seed", "3", "--run-name", "two")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "step budget of 60,000 reached" in r.stdout or "solved:" in r.stdout
+    returns = [v for _, v in read_scalars(train.logdir / "two")["charts/episodic_return"]]
+    early, late = sum(returns[:3]) / 3, sum(returns[-3:]) / 3
+    assert late > 3 * early, (early, late)  # random CartPole lasts ~20 steps
+    assert not train.survivors()
+
+
+def test_runs_under_torchrun(train, tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+           str(ROOT / "train.py"), "--learners", "1", "--actors", "2", "--total-steps", "6000",
+           "--logdir", str(train.logdir), "--run-name", "trun"]
+    r = subprocess.run(cmd, env=train.env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "step budget of 6,000 reached" in r.stdout
+    assert read_scalars(train.logdir / "trun")["charts/episodic_return"]
+    assert not train.survivors()
+
+
+def test_unknown_env_is_one_clear_line_and_exit_2(train):
+    r = train("--env", "CartPol-v1", "--run-name", "bad")
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "Traceback" not in r.stderr
+    assert "unknown env id 'CartPol-v1'" in r.stderr and "did you mean 'CartPole-v1'" in r.stderr
+    assert not (train.logdir / "bad").exists()
+    assert not train.survivors()
+
+
+def test_negative_agents_is_one_clear_line_and_exit_2(train):
+    r = train("--agents", "-2")
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: --agents must be at least 1, got -2"
+    assert not train.survivors()
+
+
+def test_help_documents_every_flag(train):
+    r = train("--help", logdir=False)
+    assert r.returncode == 0
+    from marl.config import FIELDS
+
+    for name in FIELDS:
+        assert "--" + name.replace("_", "-") in r.stdout
+    assert "--config" in r.stdout
