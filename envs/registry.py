@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -39,16 +40,23 @@ def _close_ids(env_id: str) -> str:
     return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
 
 
+def resolve(env_id: str) -> str:
+    """`module:EnvId` -> import module (which registers EnvId) and return EnvId; plain ids pass through."""
+    if ":" not in env_id:
+        return env_id
+    module, name = env_id.split(":", 1)
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise EnvError(f"env id {env_id!r}: module {module!r} does not import ({e}); install it or fix the module name") from None
+    return name
+
+
 def describe(env_id: str, agents: int) -> EnvInfo:
     """Look the env up and check that a policy can handle its spaces; EnvError if not."""
-    if ":" in env_id:
-        module = env_id.split(":", 1)[0]
-        try:
-            __import__(module)
-        except ImportError as e:
-            raise EnvError(f"env id {env_id!r}: module {module!r} does not import ({e}); install it or fix the module name") from None
+    name = resolve(env_id)
     try:
-        env = gym.make(env_id)
+        env = gym.make(name)
     except gym.error.Error as e:
         raise EnvError(f"unknown env id {env_id!r}{_close_ids(env_id)}; use a registered Gymnasium id or module:EnvId ({type(e).__name__})") from None
     try:
@@ -73,9 +81,9 @@ def describe(env_id: str, agents: int) -> EnvInfo:
 
 def make_env(env_id: str, agents: int, **kwargs) -> IndependentAgents:
     """The PettingZoo-Parallel form: `agents` independent copies of a single-agent env."""
-    return IndependentAgents(env_id, agents, **kwargs)
+    return IndependentAgents(resolve(env_id), agents, **kwargs)
 
 
 def make_batched(env_id: str, agents: int, copies: int, **kwargs) -> GymAgentsBatch:
     """The array form for actors: `copies` env copies of `agents` agents each."""
-    return GymAgentsBatch(env_id, agents, copies, **kwargs)
+    return GymAgentsBatch(resolve(env_id), agents, copies, **kwargs)

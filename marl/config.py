@@ -39,13 +39,15 @@ class Config:
     learners: int = _f(0, "learner ranks (FSDP2); 0 = one per visible GPU, or 1 without GPUs")
     # --- collection
     rollout: str = _f("steps", "unit of one actor request: `steps` (num-steps per env copy, episodes continue) or `episodes`", choices=("steps", "episodes"))
-    num_steps: int = _f(32, "environment steps per actor request (rollout=steps)")
+    num_steps: int = _f(64, "environment steps per actor request (rollout=steps)")
     episodes_per_request: int = _f(1, "whole episodes per agent per actor request (rollout=episodes)")
     # --- budget and stopping
-    total_steps: int = _f(2_000_000, "step budget in agent-steps (one agent acting once = one step)")
+    total_steps: int = _f(500_000, "step budget in agent-steps (one agent acting once = one step)")
     target_return: typing.Optional[float] = _f(None, "stop when the mean return of the last 100 episodes reaches this; default: the env's reward_threshold")
-    # --- PPO (names as in CleanRL's ppo.py)
-    learning_rate: float = _f(2.5e-3, "Adam learning rate")
+    # --- PPO (names as in CleanRL's ppo.py). The defaults solve CartPole-v1 with 8 agents in about
+    # 120k agent-steps (README, "Measured"): a higher learning rate than CleanRL's, annealed over
+    # the 500k budget, and no value clipping (returns reach ~100, which a 0.2 clip only slows down).
+    learning_rate: float = _f(5e-3, "Adam learning rate")
     anneal_lr: bool = _f(True, "anneal the learning rate linearly to 0 over the step budget")
     gamma: float = _f(0.99, "discount factor")
     gae_lambda: float = _f(0.95, "GAE lambda")
@@ -53,7 +55,7 @@ class Config:
     update_epochs: int = _f(4, "epochs over each batch")
     norm_adv: bool = _f(True, "normalise advantages over the batch")
     clip_coef: float = _f(0.2, "PPO surrogate clipping coefficient")
-    clip_vloss: bool = _f(True, "clip the value loss like the policy ratio")
+    clip_vloss: bool = _f(False, "clip the value loss like the policy ratio")
     ent_coef: float = _f(0.0, "entropy bonus coefficient")
     vf_coef: float = _f(0.5, "value loss coefficient")
     max_grad_norm: float = _f(0.5, "clip gradients to this global norm (across all learner ranks)")

@@ -161,7 +161,8 @@ def launch(cfg: Config, info: EnvInfo) -> int:
     store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     init_method = f"tcp://{host}:{store.port}"
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["marl.launch"])
     children = [ctx.Process(target=_child, args=(r, world, cfg, info, init_method), name=role_name(r, cfg.learners), daemon=True)
                 for r in range(1, world)]
     for p in children:

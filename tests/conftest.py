@@ -15,13 +15,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def processes_with_token(token: str) -> list[int]:
-    """PIDs whose environment carries `token`: the processes one test started, and only those."""
+    """Live PIDs whose environment carries `token`: the processes one test started, and only those.
+
+    Zombies are dead already (in a container whose PID 1 does not reap, orphans stay zombies).
+    """
     needle = f"MARL_TEST_TOKEN={token}".encode()
     pids = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit() and int(d.name) != os.getpid():
             try:
-                if needle in (d / "environ").read_bytes().split(b"\0"):
+                state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z" and needle in (d / "environ").read_bytes().split(b"\0"):
                     pids.append(int(d.name))
             except OSError:
                 pass

@@ -66,3 +66,10 @@ def test_describe_reads_spaces_and_threshold():
     assert info.reward_threshold == 475.0 and len(info.agent_ids) == 8
     box = describe("Pendulum-v1", agents=1)
     assert box.action_kind == "box" and box.action_shape == (1,)
+
+
+def test_module_colon_id_imports_the_module_and_works_in_both_forms():
+    env_id = "gymnasium.envs.classic_control:CartPole-v1"
+    assert describe(env_id, agents=2).obs_shape == (4,)
+    assert make_batched(env_id, agents=2, copies=2).reset(seed=0).shape == (2, 2, 4)
+    assert set(make_env(env_id, agents=2).reset(seed=0)[0]) == {"agent_0", "agent_1"}

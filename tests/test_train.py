@@ -101,3 +101,14 @@ def test_help_documents_every_flag(train):
     for name in FIELDS:
         assert "--" + name.replace("_", "-") in r.stdout
     assert "--config" in r.stdout
+
+
+def test_box_actions_and_episode_rollouts_run_end_to_end(train):
+    r = train("--env", "Pendulum-v1", "--agents", "2", "--envs-per-actor", "2", "--rollout", "episodes",
+              "--total-steps", "3000", "--num-minibatches", "2", "--run-name", "box")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "step budget of 3,000 reached" in r.stdout
+    scalars = read_scalars(train.logdir / "box")
+    # Whole 200-step Pendulum episodes only: every finished episode is exactly 200 steps long.
+    assert {v for _, v in scalars["charts/episodic_length"]} == {200.0}
+    assert not train.survivors()
