@@ -93,13 +93,16 @@ def test_negative_agents_is_one_clear_line_and_exit_2(train):
     assert not train.survivors()
 
 
-def test_help_documents_every_flag(train):
+def test_help_and_readme_document_every_flag(train):
     r = train("--help", logdir=False)
     assert r.returncode == 0
     from marl.config import FIELDS
 
+    readme = (ROOT / "README.md").read_text()
     for name in FIELDS:
-        assert "--" + name.replace("_", "-") in r.stdout
+        flag = "--" + name.replace("_", "-")
+        assert flag in r.stdout
+        assert f"| `{flag}` |" in readme, f"README's flag table lacks {flag}"
     assert "--config" in r.stdout
 
 
