@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import sys
+import traceback
 
 import pytest
 import torch
@@ -27,6 +29,21 @@ def make_batch(n: int = 64) -> dict[str, torch.Tensor]:
 
 
 def _worker(rank: int, world: int, port: int, precision: str, out: str) -> None:
+    code = 1
+    try:
+        _step(rank, world, port, precision, out)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        # Leave as marl's own processes do (forkserver children and train.py end with os._exit):
+        # torch's C++ teardown at interpreter exit has aborted here now and then, after the work.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _step(rank: int, world: int, port: int, precision: str, out: str) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # join the test's store as a client, as marl.launch does
     torch.set_num_threads(1)
