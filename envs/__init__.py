@@ -4,6 +4,7 @@
 tests; `make_batched(id, agents, copies, seed)` gives the array form the actors step.
 """
 
+from envs.protocol import ParallelEnv
 from envs.registry import EnvInfo, describe, make_batched, make_env
 
-__all__ = ["EnvInfo", "describe", "make_batched", "make_env"]
+__all__ = ["EnvInfo", "ParallelEnv", "describe", "make_batched", "make_env"]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from pettingzoo.test import parallel_api_test
 
-from envs import describe, make_batched, make_env
+from envs import ParallelEnv, describe, make_batched, make_env
 from envs.registry import EnvError
 
 
@@ -15,6 +15,7 @@ def test_independent_cartpole_passes_pettingzoo_parallel_api_test():
         warnings.simplefilter("error")
         parallel_api_test(env, num_cycles=600)
     assert env.possible_agents == ["agent_0", "agent_1", "agent_2"]
+    assert isinstance(env, ParallelEnv)
 
 
 def test_independent_agents_get_distinct_episodes_and_a_global_state():

@@ -1,0 +1,34 @@
+"""The multi-agent env protocol at marl's edge: PettingZoo's Parallel API, so that PettingZoo envs
+plug in without glue. Written down as a typing.Protocol; nothing needs to inherit from it."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import gymnasium as gym
+
+
+@runtime_checkable
+class ParallelEnv(Protocol):
+    """All agents act at once; every dict is keyed by agent id.
+
+    `possible_agents` is every agent that may ever act, in a fixed order (the order marl's arrays
+    use); `agents` is those still in the current episode: an agent that terminates or truncates
+    leaves it, and the episode is over when it is empty.
+    """
+
+    possible_agents: list[str]
+    agents: list[str]
+    metadata: dict[str, Any]
+
+    def observation_space(self, agent: str) -> gym.Space: ...
+
+    def action_space(self, agent: str) -> gym.Space: ...
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        """-> (observations, infos) for every agent in `agents`."""
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        """actions for every agent in `agents` -> (observations, rewards, terminations, truncations, infos)."""
+
+    def close(self) -> None: ...
