@@ -58,6 +58,23 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
     return float("nan") if var == 0 else float(1 - (returns - values).var() / var)
 
 
+class ActorPool:
+    """The actors as the coordinator sees them: RRefs to RolloutWorkers and the policy version each holds."""
+
+    def __init__(self, cfg: Config, info: EnvInfo):
+        self.cfg = cfg
+        self.actors = [rpc.remote(f"actor{i}", RolloutWorker, args=(cfg, info, i)) for i in range(cfg.actors)]
+        self.held = [-1] * cfg.actors
+
+    def collect(self, version: int, weights: dict[str, torch.Tensor]) -> list[Trajectory]:
+        """One rollout from every actor, all requested at once; weights go only to actors that lack `version`."""
+        futures = [a.rpc_async(timeout=self.cfg.rpc_timeout).collect(version, weights if self.held[i] != version else None)
+                   for i, a in enumerate(self.actors)]
+        trajs = torch.futures.wait_all(futures)
+        self.held = [version] * len(self.actors)
+        return trajs
+
+
 class Coordinator:
     def __init__(self, cfg: Config, info: EnvInfo, learners: LearnerGroup, logger: RunLogger):
         self.cfg, self.info, self.learners, self.log = cfg, info, learners, logger
@@ -65,8 +82,7 @@ class Coordinator:
     def run(self) -> Result:
         cfg, log = self.cfg, self.log
         start = time.perf_counter()
-        actors = [rpc.remote(f"actor{i}", RolloutWorker, args=(cfg, self.info, i)) for i in range(cfg.actors)]
-        held = [-1] * cfg.actors  # policy version each actor holds
+        actors = ActorPool(cfg, self.info)
         weights, version = self.learners.gather(), 0
         recent: collections.deque[float] = collections.deque(maxlen=WINDOW)
         global_step, iteration = 0, 0
@@ -75,11 +91,7 @@ class Coordinator:
         while True:
             iteration += 1
             t0 = time.perf_counter()
-            futures = [a.rpc_async(timeout=cfg.rpc_timeout).collect(version, weights if held[i] != version else None)
-                       for i, a in enumerate(actors)]
-            trajs: list[Trajectory] = torch.futures.wait_all(futures)
-            for i in range(len(actors)):
-                held[i] = version
+            trajs = actors.collect(version, weights)
             t1 = time.perf_counter()
             batch = build_batch(trajs, cfg)
             steps = sum(tr.steps for tr in trajs)

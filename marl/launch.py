@@ -61,11 +61,16 @@ def _die_with_parent() -> None:
         pass
 
 
+Rank0Main = Callable[[Config, EnvInfo, "dist.ProcessGroup", torch.device], int]
+
+
 def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo, init_method: str,
-             on_ready: Callable[[], None] | None = None) -> int:
+             on_ready: Callable[[], None] | None = None, rank0_main: Rank0Main | None = None) -> int:
     """Everything one process does, from joining the job to leaving it. Returns its exit code.
 
     `on_ready` is called once the last rendezvous (RPC's) is done: every process is up.
+    `rank0_main` replaces the coordinator's training loop on rank 0 (benchmarks drive the same
+    processes differently); the other ranks do not change.
     """
     role = role_name(rank, cfg.learners)
     _name_process(role)
@@ -90,7 +95,7 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
     graceful = False
     try:
         if rank == 0:
-            code = _coordinate(cfg, info, learner_group, device)
+            code = (rank0_main or _coordinate)(cfg, info, learner_group, device)
         elif is_learner:
             from marl.learner import Learner, follow
             follow(Learner(cfg, info, learner_group, device))
@@ -140,15 +145,16 @@ def _under_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
 
 
-def launch(cfg: Config, info: EnvInfo) -> int:
-    """Run the whole job; returns the exit code for this process."""
+def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> int:
+    """Run the whole job; returns the exit code for this process. See `run_rank` for `rank0_main`."""
     world = cfg.learners + cfg.actors
     if _under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != world:
             raise UsageError(f"torchrun started {os.environ['WORLD_SIZE']} processes but --learners {cfg.learners} + "
                              f"--actors {cfg.actors} = {world}; make --nproc-per-node x --nnodes equal {world}")
         # Both rendezvous go through torchrun's agent store, as they go through ours below.
-        return run_rank(int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]), cfg, info, "env://")
+        return run_rank(int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]), cfg, info, "env://",
+                        rank0_main=rank0_main)
 
     host = cfg.master_addr
     if host in ("127.0.0.1", "localhost"):
@@ -172,7 +178,7 @@ def launch(cfg: Config, info: EnvInfo) -> int:
     watchdog.start()
     code = 1
     try:
-        code = run_rank(0, world, 0, cfg, info, init_method, on_ready=started.set)
+        code = run_rank(0, world, 0, cfg, info, init_method, on_ready=started.set, rank0_main=rank0_main)
     except KeyboardInterrupt:
         print("marl: interrupted, stopping every process", file=sys.stderr)
         code = 130
