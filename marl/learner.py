@@ -25,8 +25,15 @@ _STOP, _TRAIN, _GATHER = 0, 1, 2
 METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
 
 
-def parallelize(model: ActorCritic, mesh: DeviceMesh, precision: str) -> ActorCritic:
-    """Shard each block, then the root (whose own parameters are the heads and log_std)."""
+# A block gets its own FSDP unit only if it is at least this big. Each unit costs an all-gather and
+# a reduce-scatter per step; below about a million parameters that fixed cost outweighs what
+# sharding saves (a 64-64 MLP step measured 6.2 ms with a unit per block, 3.9 ms with the root
+# alone, 2.9 ms unsharded, 1 rank, CPU). Size-based wrapping is FSDP's usual auto-wrap rule.
+MIN_BLOCK_PARAMS = 1_000_000
+
+
+def parallelize(model: ActorCritic, mesh: DeviceMesh, precision: str, min_block_params: int = MIN_BLOCK_PARAMS) -> ActorCritic:
+    """Shard each block big enough to be worth it, then the root (which takes every other parameter)."""
     if precision == "bf16":
         # Sharded master weights stay fp32 and gradients reduce in fp32; only compute is bf16.
         # Blocks hand bf16 on to the next layer; the root returns fp32 for the loss.
@@ -35,7 +42,8 @@ def parallelize(model: ActorCritic, mesh: DeviceMesh, precision: str) -> ActorCr
     else:
         block_mp = root_mp = MixedPrecisionPolicy()
     for block in model.blocks():
-        fully_shard(block, mesh=mesh, mp_policy=block_mp)
+        if sum(p.numel() for p in block.parameters()) >= min_block_params:
+            fully_shard(block, mesh=mesh, mp_policy=block_mp)
     fully_shard(model, mesh=mesh, mp_policy=root_mp)
     return model
 
@@ -49,7 +57,8 @@ def sample_fields(info: EnvInfo) -> dict[str, tuple[tuple[int, ...], torch.dtype
 
 
 class Learner:
-    def __init__(self, cfg: Config, info: EnvInfo, group: dist.ProcessGroup, device: torch.device):
+    def __init__(self, cfg: Config, info: EnvInfo, group: dist.ProcessGroup, device: torch.device,
+                 min_block_params: int = MIN_BLOCK_PARAMS):
         self.cfg, self.info, self.group, self.device = cfg, info, group, device
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         # Every rank must start from the same full weights: fully_shard keeps each rank's own slice.
@@ -57,7 +66,7 @@ class Learner:
             torch.manual_seed(cfg.seed)
             model = build_model(info, cfg.hidden_sizes)
         mesh = DeviceMesh.from_group(group, device.type)
-        self.model = parallelize(model.to(device), mesh, cfg.precision)
+        self.model = parallelize(model.to(device), mesh, cfg.precision, min_block_params)
         # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
         self.generator = torch.Generator().manual_seed(cfg.seed * 1_000 + self.rank)

@@ -11,10 +11,11 @@ import traceback
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 
 from envs import describe
 from marl.config import Config
-from marl.learner import Learner, LearnerGroup, follow
+from marl.learner import MIN_BLOCK_PARAMS, Learner, LearnerGroup, follow
 
 CFG = dataclasses.replace(Config(), num_minibatches=1, update_epochs=1, seed=0, hidden_sizes=(16, 16),
                           max_grad_norm=0.05)  # small enough that clipping really acts
@@ -28,10 +29,10 @@ def make_batch(n: int = 64) -> dict[str, torch.Tensor]:
             "returns": torch.randn(n, generator=g)}
 
 
-def _worker(rank: int, world: int, port: int, precision: str, out: str) -> None:
+def _worker(rank: int, world: int, port: int, precision: str, out: str, min_block_params: int) -> None:
     code = 1
     try:
-        _step(rank, world, port, precision, out)
+        _step(rank, world, port, precision, out, min_block_params)
         code = 0
     except BaseException:
         traceback.print_exc()
@@ -43,14 +44,16 @@ def _worker(rank: int, world: int, port: int, precision: str, out: str) -> None:
         os._exit(code)
 
 
-def _step(rank: int, world: int, port: int, precision: str, out: str) -> None:
+def _step(rank: int, world: int, port: int, precision: str, out: str, min_block_params: int) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # join the test's store as a client, as marl.launch does
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         cfg = dataclasses.replace(CFG, precision=precision)
-        learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"))
+        learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"), min_block_params)
+        units = [m for m in learner.model.modules() if isinstance(m, FSDPModule)]
+        assert len(units) == (1 + len(learner.model.blocks()) if min_block_params == 0 else 1)
         if rank == 0:
             group = LearnerGroup(learner)
             before = group.gather()
@@ -64,12 +67,13 @@ def _step(rank: int, world: int, port: int, precision: str, out: str) -> None:
         dist.destroy_process_group()
 
 
-def one_step(world: int, precision: str, tmp_path) -> dict:
-    out = str(tmp_path / f"w{world}_{precision}.pt")
+def one_step(world: int, precision: str, tmp_path, min_block_params: int = 0) -> dict:
+    """One update on `world` ranks; by default every block is its own FSDP unit (the big-model layout)."""
+    out = str(tmp_path / f"w{world}_{precision}_{min_block_params}.pt")
     ctx = multiprocessing.get_context("spawn")
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # the OS picks a free port
     port = store.port
-    procs = [ctx.Process(target=_worker, args=(r, world, port, precision, out)) for r in range(world)]
+    procs = [ctx.Process(target=_worker, args=(r, world, port, precision, out, min_block_params)) for r in range(world)]
     for p in procs:
         p.start()
     try:
@@ -83,9 +87,11 @@ def one_step(world: int, precision: str, tmp_path) -> dict:
     return torch.load(out)
 
 
-@pytest.mark.parametrize("precision, tol", [("fp32", 1e-6), ("bf16", 2e-2)])
-def test_two_ranks_take_the_same_step_as_one(precision, tol, tmp_path):
-    one, two = one_step(1, precision, tmp_path), one_step(2, precision, tmp_path)
+@pytest.mark.parametrize("precision, tol, min_block_params", [
+    ("fp32", 1e-6, 0), ("bf16", 2e-2, 0), ("fp32", 1e-6, MIN_BLOCK_PARAMS)])
+def test_two_ranks_take_the_same_step_as_one(precision, tol, min_block_params, tmp_path):
+    one = one_step(1, precision, tmp_path, min_block_params)
+    two = one_step(2, precision, tmp_path, min_block_params)
     assert one["used"] == two["used"] == 64
     for key in one["before"]:
         torch.testing.assert_close(one["before"][key], two["before"][key], rtol=0, atol=0)  # same start

@@ -1,0 +1,119 @@
+"""Training throughput: synchronous PPO end to end, against a one-process PPO loop in the same run.
+
+marl's figure is `train.py`'s own agent-steps/s (collect + learn + publish, every process and RPC
+included), with the default config except a fixed step budget and no early stop. The baseline is
+the same PPO in one process with no RPC, no FSDP and no other process: the same envs in one
+Gymnasium vector env, the same network, the same GAE, loss, minibatches and epochs (CleanRL's
+shape). Both run once here, one after the other.
+
+    python bench/train_throughput.py                       # default config
+    python bench/train_throughput.py -- --mode async       # any train.py flags after --
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TARGET = 250_000
+
+
+def marl_rate(steps: int, extra: list[str]) -> float:
+    with tempfile.TemporaryDirectory() as logdir:
+        cmd = [sys.executable, str(ROOT / "train.py"), "--total-steps", str(steps), "--target-return", "inf",
+               "--logdir", logdir, "--run-name", "bench", *extra]
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    m = re.search(r"reached at step ([\d,]+) in ([\d.]+)s", out.stdout)
+    if out.returncode != 0 or not m:
+        sys.stderr.write(out.stdout[-2000:] + out.stderr[-3000:])
+        raise SystemExit("train_throughput: train.py failed")
+    return int(m.group(1).replace(",", "")) / float(m.group(2))
+
+
+def baseline_rate(steps: int) -> float:
+    """The same synchronous PPO in one process: collect T steps of every env, then learn."""
+    import dataclasses
+
+    import gymnasium as gym
+    import torch
+
+    from envs import describe
+    from marl.algorithms import gae, ppo_loss
+    from marl.config import Config
+    from marl.models import build_model, entropy, log_prob, sample
+
+    torch.set_num_threads(1)
+    cfg = Config()
+    info = describe(cfg.env, cfg.agents)
+    n = cfg.actors * cfg.envs_per_actor * cfg.agents
+    envs = gym.make_vec(cfg.env, num_envs=n, vectorization_mode="vector_entry_point")
+    model = build_model(info, cfg.hidden_sizes)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
+    obs, _ = envs.reset(seed=0)
+    obs = torch.from_numpy(obs)
+    T = cfg.num_steps
+    done_prev = torch.zeros(n, dtype=torch.bool)
+    total, start = 0, time.perf_counter()
+    while total < steps:
+        buf = {k: [] for k in ("obs", "act", "logp", "val", "rew", "term", "trunc", "valid")}
+        with torch.inference_mode():
+            for _ in range(T):
+                pd, v = model(obs)
+                a, lp = sample(pd, info.action_kind)
+                nobs, r, term, trunc, _ = envs.step(a.numpy())
+                for k, x in zip(buf, (obs, a, lp, v, torch.from_numpy(r), torch.from_numpy(term),
+                                      torch.from_numpy(trunc), ~done_prev)):
+                    buf[k].append(x)
+                done_prev = torch.from_numpy(term | trunc)
+                obs = torch.from_numpy(nobs)
+            _, next_v = model(obs)
+        b = {k: torch.stack(v) for k, v in buf.items()}
+        later = torch.cat([b["val"][1:], next_v[None]])
+        adv, ret = gae(b["rew"], b["val"], next_v, b["term"], b["trunc"], torch.where(b["trunc"], later, 0.0),
+                       cfg.gamma, cfg.gae_lambda)
+        m = b["valid"].reshape(-1)
+        data = [x.reshape(T * n, *x.shape[2:])[m].clone() for x in (b["obs"], b["act"], b["logp"], b["val"], adv, ret)]
+        data[4] = (data[4] - data[4].mean()) / (data[4].std() + 1e-8)
+        size = data[0].shape[0]
+        mb = size // cfg.num_minibatches
+        for _ in range(cfg.update_epochs):
+            perm = torch.randperm(size)
+            for k in range(cfg.num_minibatches):
+                i = perm[k * mb:(k + 1) * mb]
+                pd, v = model(data[0][i])
+                loss, _ = ppo_loss(log_prob(pd, info.action_kind, data[1][i]), data[2][i], data[4][i], v, data[3][i],
+                                   data[5][i], entropy(pd, info.action_kind), clip_coef=cfg.clip_coef,
+                                   clip_vloss=cfg.clip_vloss, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                opt.step()
+        total += int(m.sum())
+    return total / (time.perf_counter() - start)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=300_000, help="agent-steps for each of the two runs")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="extra train.py flags, after --")
+    args = p.parse_args()
+    extra = [a for a in args.train_args if a != "--"]
+    base = baseline_rate(args.steps)
+    ours = marl_rate(args.steps, extra)
+    print(f"one-process PPO loop (no RPC, no FSDP, 1 thread): {base:>10,.0f} agent-steps/s")
+    print(f"marl train.py {' '.join(extra) or '(default config)'}: {ours:>10,.0f} agent-steps/s")
+    print(f"ratio marl / one-process loop: {ours / base:.2f}")
+    print(f"ratio marl / {TARGET:,} target: {ours / TARGET:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
