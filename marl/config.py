@@ -38,6 +38,7 @@ class Config:
     envs_per_actor: int = _f(4, "environment copies owned by each actor")
     learners: int = _f(0, "learner ranks (FSDP2); 0 = one per visible GPU, or 1 without GPUs")
     # --- collection
+    mode: str = _f("sync", "`sync`: collect, then learn, then publish; `async`: actors keep collecting with the newest weights they have while the learner trains (PPO's ratio against the behaviour policy corrects the lag)", choices=("sync", "async"))
     rollout: str = _f("steps", "unit of one actor request: `steps` (num-steps per env copy, episodes continue) or `episodes`", choices=("steps", "episodes"))
     num_steps: int = _f(64, "environment steps per actor request (rollout=steps)")
     episodes_per_request: int = _f(1, "whole episodes per agent per actor request (rollout=episodes)")

@@ -9,6 +9,8 @@ don't hold them yet.
 from __future__ import annotations
 
 import collections
+import queue
+import threading
 import time
 from dataclasses import dataclass
 
@@ -75,6 +77,76 @@ class ActorPool:
         return trajs
 
 
+class RolloutStream:
+    """Asynchronous collection: actors keep collecting while the learner trains.
+
+    Each actor has at most one request in flight and one finished rollout waiting for the learner:
+    as soon as a rollout arrives and the actor has nothing else waiting, the actor is asked for the
+    next one (from the RPC callback thread, with the newest weights published so far, sent only if
+    it lacks them). The bound keeps policy lag at a version or two; without it, actors outrun the
+    learner and the queue fills with ever staler data.
+    """
+
+    AHEAD = 1  # finished rollouts an actor may have waiting before it pauses
+
+    def __init__(self, pool: ActorPool, version: int, weights: dict[str, torch.Tensor]):
+        self.pool, self.latest = pool, (version, weights)
+        self.arrived: queue.Queue = queue.Queue()
+        self.lock = threading.RLock()  # a callback may run inline in the thread that holds it
+        n = len(pool.actors)
+        self.waiting, self.in_flight = [0] * n, [False] * n
+        self.stopping = False
+        self.pending: dict[int, torch.futures.Future] = {}
+        with self.lock:
+            for i in range(n):
+                self._request(i)
+
+    def publish(self, version: int, weights: dict[str, torch.Tensor]) -> None:
+        self.latest = (version, weights)  # one reference swap: callback threads see old or new, never half
+
+    def _request(self, i: int) -> None:  # with self.lock held
+        version, weights = self.latest
+        send = weights if self.pool.held[i] != version else None
+        self.pool.held[i] = version
+        self.in_flight[i] = True
+        future = self.pool.actors[i].rpc_async(timeout=self.pool.cfg.rpc_timeout).collect(version, send)
+        self.pending[i] = future
+        future.add_done_callback(lambda f, i=i: self._arrived(i, f))
+
+    def _arrived(self, i: int, future: torch.futures.Future) -> None:
+        try:
+            future.value()
+            ok = True
+        except Exception:
+            ok = False  # next() raises it; a failed actor is not asked again
+        with self.lock:
+            self.in_flight[i] = False
+            self.waiting[i] += 1
+            self.arrived.put((i, future))
+            if ok and not self.stopping and self.waiting[i] <= self.AHEAD:
+                self._request(i)
+
+    def next(self) -> Trajectory:
+        """The next rollout to arrive from any actor (raises the actor's error if its request failed)."""
+        i, future = self.arrived.get(timeout=self.pool.cfg.rpc_timeout + 30)
+        traj = future.value()
+        with self.lock:
+            self.waiting[i] -= 1
+            if not self.in_flight[i] and not self.stopping:
+                self._request(i)
+        return traj
+
+    def close(self) -> None:
+        """Stop asking, and let the requests in flight finish so that shutdown finds no RPC pending."""
+        with self.lock:
+            self.stopping = True
+        for future in list(self.pending.values()):
+            try:
+                future.wait()
+            except Exception:
+                pass  # a failed request has already been reported, or the run is ending anyway
+
+
 class Coordinator:
     def __init__(self, cfg: Config, info: EnvInfo, learners: LearnerGroup, logger: RunLogger):
         self.cfg, self.info, self.learners, self.log = cfg, info, learners, logger
@@ -88,47 +160,70 @@ class Coordinator:
         global_step, iteration = 0, 0
         log.print(f"marl: {cfg.env} x {cfg.agents} agents | {cfg.actors} actors x {cfg.envs_per_actor} env copies | "
                   f"{cfg.learners} learner(s) | seed {cfg.seed} | logs in {log.run_dir}")
-        while True:
-            iteration += 1
-            t0 = time.perf_counter()
-            trajs = actors.collect(version, weights)
-            t1 = time.perf_counter()
-            batch = build_batch(trajs, cfg)
-            steps = sum(tr.steps for tr in trajs)
-            frac = max(1.0 - global_step / cfg.total_steps, 0.0) if cfg.anneal_lr else 1.0
-            lr = cfg.learning_rate * max(frac, 1e-3)
-            metrics, used = self.learners.update(batch, lr)
-            t2 = time.perf_counter()
-            weights, version = self.learners.gather(), version + 1
-            t3 = time.perf_counter()
-            global_step += steps
+        stream = RolloutStream(actors, version, weights) if cfg.mode == "async" else None
+        try:
+            while True:
+                iteration += 1
+                t0 = time.perf_counter()
+                if stream is None:
+                    trajs = actors.collect(version, weights)
+                else:
+                    trajs = [stream.next() for _ in range(cfg.actors)]
+                t1 = time.perf_counter()
+                lag = sum(version - tr.policy_version for tr in trajs) / len(trajs)
+                batch = build_batch(trajs, cfg)
+                steps = sum(tr.steps for tr in trajs)
+                frac = max(1.0 - global_step / cfg.total_steps, 0.0) if cfg.anneal_lr else 1.0
+                lr = cfg.learning_rate * max(frac, 1e-3)
+                metrics, used = self.learners.update(batch, lr)
+                t2 = time.perf_counter()
+                weights, version = self.learners.gather(), version + 1
+                if stream is not None:
+                    stream.publish(version, weights)
+                t3 = time.perf_counter()
+                global_step += steps
+                result = self._log(iteration, global_step, start, trajs, batch, metrics, used, lr, lag, recent, (t0, t1, t2, t3))
+                if result is not None:
+                    return result
+        finally:
+            if stream is not None:
+                stream.close()
 
-            returns = torch.cat([tr.episode_returns for tr in trajs])
-            recent.extend(returns.tolist())
-            log.episodes(returns, torch.cat([tr.episode_lengths for tr in trajs]),
-                         torch.cat([tr.episode_agents for tr in trajs]), global_step)
-            elapsed = t3 - start
-            sps = global_step / elapsed
-            log.scalars({
-                **{f"losses/{k}": v for k, v in metrics.items() if k != "grad_norm"},
-                "losses/explained_variance": explained_variance(batch["values"], batch["returns"]),
-                "losses/grad_norm": metrics["grad_norm"],
-                "charts/learning_rate": lr,
-                "charts/SPS": sps,
-                "perf/collect_seconds": t1 - t0,
-                "perf/actor_busy_seconds": max(tr.collect_seconds for tr in trajs),
-                "perf/learn_seconds": t2 - t1,
-                "perf/publish_seconds": t3 - t2,
-                "perf/samples_per_update": used,
-            }, global_step)
-            mean = sum(recent) / len(recent) if recent else None
-            mean_text = f"{mean:7.1f}" if mean is not None else "    n/a"
-            log.print(f"iter {iteration:4d} | step {global_step:>10,} | {sps:>9,.0f} steps/s | "
-                      f"return {mean_text} (last {len(recent)}) | {elapsed:6.1f}s")
-            reason = None
-            if cfg.target_return is not None and len(recent) == WINDOW and mean >= cfg.target_return:
-                reason = "target"
-            elif global_step >= cfg.total_steps:
-                reason = "budget"
-            if reason:
-                return Result(reason, global_step, iteration, time.perf_counter() - start, mean)
+    def _log(self, iteration, global_step, start, trajs, batch, metrics, used, lr, lag, recent, times) -> Result | None:
+        """Log one iteration; return the Result if the run should stop."""
+        cfg, log = self.cfg, self.log
+        t0, t1, t2, t3 = times
+        returns = torch.cat([tr.episode_returns for tr in trajs])
+        recent.extend(returns.tolist())
+        log.episodes(returns, torch.cat([tr.episode_lengths for tr in trajs]),
+                     torch.cat([tr.episode_agents for tr in trajs]), global_step)
+        elapsed = t3 - start
+        sps = global_step / elapsed
+        busy = max(tr.collect_seconds for tr in trajs)
+        # Sync: the learner waits while actors compute; what it waits beyond that is RPC, transfer
+        # and dispatch. Async: actors compute while the learner trains, so every wait is idle.
+        idle = t1 - t0 if cfg.mode == "async" else max(t1 - t0 - busy, 0.0)
+        log.scalars({
+            **{f"losses/{k}": v for k, v in metrics.items() if k != "grad_norm"},
+            "losses/explained_variance": explained_variance(batch["values"], batch["returns"]),
+            "losses/grad_norm": metrics["grad_norm"],
+            "charts/learning_rate": lr,
+            "charts/SPS": sps,
+            "perf/collect_seconds": t1 - t0,
+            "perf/actor_busy_seconds": busy,
+            "perf/learn_seconds": t2 - t1,
+            "perf/publish_seconds": t3 - t2,
+            "perf/idle_seconds": idle,
+            "perf/coordinator_overhead": (idle + t3 - t2) / (t3 - t0),
+            "perf/policy_lag": lag,
+            "perf/samples_per_update": used,
+        }, global_step)
+        mean = sum(recent) / len(recent) if recent else None
+        mean_text = f"{mean:7.1f}" if mean is not None else "    n/a"
+        log.print(f"iter {iteration:4d} | step {global_step:>10,} | {sps:>9,.0f} steps/s | "
+                  f"return {mean_text} (last {len(recent)}) | {elapsed:6.1f}s")
+        if cfg.target_return is not None and len(recent) == WINDOW and mean >= cfg.target_return:
+            return Result("target", global_step, iteration, time.perf_counter() - start, mean)
+        if global_step >= cfg.total_steps:
+            return Result("budget", global_step, iteration, time.perf_counter() - start, mean)
+        return None

@@ -79,6 +79,9 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
     if device.type == "cuda":
         torch.cuda.set_device(device)
     torch.set_num_threads(1)  # learners and actors share the cores; small MLPs gain nothing from threads
+    if not is_learner:
+        # The learner is the serial bottleneck of every iteration; when cores are short, actors yield.
+        os.nice(5)
     timeout = timedelta(seconds=max(cfg.rpc_timeout, 60))
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=timeout)
     learner_group = dist.new_group(list(range(cfg.learners)), backend=backend, timeout=timeout)
