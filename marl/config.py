@@ -62,6 +62,7 @@ class Config:
     max_grad_norm: float = _f(0.5, "clip gradients to this global norm (across all learner ranks)")
     target_kl: typing.Optional[float] = _f(None, "stop an update's epochs early when approx KL exceeds this")
     hidden_sizes: tuple = _f((64, 64), "hidden layer widths of the actor and critic MLPs, e.g. 64,64")
+    activation_checkpointing: bool = _f(False, "recompute each block's activations in backward instead of storing them (saves learner memory on big policies)")
     precision: str = _f("fp32", "learner compute precision (bf16 keeps fp32 master weights and fp32 gradient reduction)", choices=("fp32", "bf16"))
     # --- bookkeeping
     seed: int = _f(1, "random seed (environments, sampling, initial weights)")

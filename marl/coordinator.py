@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed.rpc as rpc
@@ -24,6 +25,9 @@ from marl.config import Config
 from marl.learner import LearnerGroup
 from marl.logging import RunLogger
 from marl.trajectory import Trajectory, flatten_valid
+
+if TYPE_CHECKING:
+    from marl.launch import StartupClock
 
 WINDOW = 100  # episodes in the "mean return" that decides when a run is solved (Gymnasium's convention)
 
@@ -148,11 +152,12 @@ class RolloutStream:
 
 
 class Coordinator:
-    def __init__(self, cfg: Config, info: EnvInfo, learners: LearnerGroup, logger: RunLogger):
-        self.cfg, self.info, self.learners, self.log = cfg, info, learners, logger
+    def __init__(self, cfg: Config, info: EnvInfo, learners: LearnerGroup, logger: RunLogger, clock: StartupClock):
+        self.cfg, self.info, self.learners, self.log, self.clock = cfg, info, learners, logger, clock
 
     def run(self) -> Result:
         cfg, log = self.cfg, self.log
+        self.clock.mark("learner")
         start = time.perf_counter()
         actors = ActorPool(cfg, self.info)
         weights, version = self.learners.gather(), 0
@@ -170,6 +175,8 @@ class Coordinator:
                 else:
                     trajs = [stream.next() for _ in range(cfg.actors)]
                 t1 = time.perf_counter()
+                if iteration == 1:
+                    self._startup()
                 lag = sum(version - tr.policy_version for tr in trajs) / len(trajs)
                 batch = build_batch(trajs, cfg)
                 steps = sum(tr.steps for tr in trajs)
@@ -188,6 +195,15 @@ class Coordinator:
         finally:
             if stream is not None:
                 stream.close()
+
+    def _startup(self) -> None:
+        self.clock.mark("actors_and_first_rollout")
+        parts = self.clock.parts()
+        origin = self.clock.command if self.clock.command is not None else self.clock.launch
+        total = self.clock.marks["actors_and_first_rollout"] - origin
+        self.log.scalars({"perf/startup_seconds": total, **{f"perf/startup_{k}_seconds": v for k, v in parts.items()}}, 0)
+        self.log.print(f"start-up: {total:.2f}s from the command to the first rollout ("
+                       + " | ".join(f"{k.replace('_', ' ')} {v:.2f}s" for k, v in parts.items()) + ")")
 
     def _log(self, iteration, global_step, start, trajs, batch, metrics, used, lr, lag, recent, times) -> Result | None:
         """Log one iteration; return the Result if the run should stop."""

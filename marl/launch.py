@@ -19,7 +19,9 @@ import threading
 import time
 import traceback
 import warnings
+from dataclasses import dataclass, field
 from datetime import timedelta
+from multiprocessing.connection import Connection
 from typing import Callable
 
 import torch
@@ -61,11 +63,45 @@ def _die_with_parent() -> None:
         pass
 
 
-Rank0Main = Callable[[Config, EnvInfo, "dist.ProcessGroup", torch.device], int]
+@dataclass
+class StartupClock:
+    """Wall-clock marks (time.time()) of a run's start-up, for the start-up line and perf/startup_*."""
+
+    command: float | None  # this process's start, from /proc (None where there is no /proc)
+    launch: float  # imports and config checks done, processes about to start
+    marks: dict[str, float] = field(default_factory=dict)  # later phases, in order
+
+    def mark(self, phase: str) -> None:
+        self.marks[phase] = time.time()
+
+    def parts(self) -> dict[str, float]:
+        """Seconds spent in each phase, the phase named by the mark that ends it."""
+        out, last = {}, self.launch
+        if self.command is not None:
+            out["imports_and_checks"] = self.launch - self.command
+        for phase, t in self.marks.items():
+            out[phase], last = t - last, t
+        return out
+
+
+def process_start_time() -> float | None:
+    """When this process started, on the time.time() clock (Linux; 10 ms resolution)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return time.time() - (uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+Rank0Main = Callable[[Config, EnvInfo, "dist.ProcessGroup", torch.device, StartupClock], int]
 
 
 def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo, init_method: str,
-             on_ready: Callable[[], None] | None = None, rank0_main: Rank0Main | None = None) -> int:
+             on_ready: Callable[[], None] | None = None, rank0_main: Rank0Main | None = None,
+             clock: StartupClock | None = None) -> int:
     """Everything one process does, from joining the job to leaving it. Returns its exit code.
 
     `on_ready` is called once the last rendezvous (RPC's) is done: every process is up.
@@ -93,12 +129,14 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
         # TensorPipe's own device-map exchange trips a torch deprecation warning that users can do nothing about.
         warnings.filterwarnings("ignore", message=".*as a ProcessGroup.*")
         rpc.init_rpc(role, rank=rank, world_size=world, rpc_backend_options=options)
+    if clock is not None:
+        clock.mark("processes_and_rendezvous")
     if on_ready is not None:
         on_ready()
     graceful = False
     try:
         if rank == 0:
-            code = (rank0_main or _coordinate)(cfg, info, learner_group, device)
+            code = (rank0_main or _coordinate)(cfg, info, learner_group, device, clock)
         elif is_learner:
             from marl.learner import Learner, follow
             follow(Learner(cfg, info, learner_group, device))
@@ -114,7 +152,7 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
             dist.destroy_process_group()
 
 
-def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device) -> int:
+def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device, clock: StartupClock) -> int:
     from marl.coordinator import Coordinator
     from marl.learner import Learner, LearnerGroup
     from marl.logging import RunLogger
@@ -122,7 +160,7 @@ def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device)
     learners = LearnerGroup(Learner(cfg, info, learner_group, device))
     logger = RunLogger(cfg, info.agent_ids)
     try:
-        result = Coordinator(cfg, info, learners, logger).run()
+        result = Coordinator(cfg, info, learners, logger, clock).run()
         learners.stop()
     finally:
         logger.close()
@@ -138,10 +176,17 @@ def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device)
     return 0
 
 
-def _child(rank: int, world: int, cfg: Config, info: EnvInfo, init_method: str) -> None:
+def _child(rank: int, world: int, cfg: Config, info: EnvInfo, init_method: Connection) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
-    sys.exit(run_rank(rank, world, rank, cfg, info, init_method))
+    sys.exit(run_rank(rank, world, rank, cfg, info, init_method.recv()))
+
+
+def _start_method() -> str:
+    """fork where it is safe: no CUDA to inherit and no thread of ours yet, and it costs
+    milliseconds where forkserver costs a fresh interpreter importing torch (about a second).
+    CUDA does not survive fork, so GPU machines use forkserver."""
+    return "forkserver" if torch.cuda.is_available() else "fork"
 
 
 def _under_torchrun() -> bool:
@@ -150,6 +195,7 @@ def _under_torchrun() -> bool:
 
 def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> int:
     """Run the whole job; returns the exit code for this process. See `run_rank` for `rank0_main`."""
+    clock = StartupClock(process_start_time(), time.time())
     world = cfg.learners + cfg.actors
     if _under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != world:
@@ -157,31 +203,37 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
                              f"--actors {cfg.actors} = {world}; make --nproc-per-node x --nnodes equal {world}")
         # Both rendezvous go through torchrun's agent store, as they go through ours below.
         return run_rank(int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]), cfg, info, "env://",
-                        rank0_main=rank0_main)
+                        rank0_main=rank0_main, clock=clock)
 
     host = cfg.master_addr
     if host in ("127.0.0.1", "localhost"):
         # Gloo and TensorPipe otherwise pick an address from the hostname, which may not be loopback.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
+    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # rendezvous as clients of the store below
+    ctx = mp.get_context(_start_method())
+    if ctx.get_start_method() == "forkserver":
+        ctx.set_forkserver_preload(["marl.launch"])
+    # Children start first and wait for the rendezvous address on a pipe, so that they start up
+    # while this process creates the store, and fork happens before the store's thread exists.
+    address_out, address_in = ctx.Pipe(duplex=False)
+    children = [ctx.Process(target=_child, args=(r, world, cfg, info, address_out), name=role_name(r, cfg.learners),
+                            daemon=True) for r in range(1, world)]
+    for p in children:
+        p.start()
     # The launcher plays torchrun's agent: it hosts the one rendezvous store, on a port the OS picks
     # (no window in which another program can take it), and every rank, this one included, joins
     # it as a client. The c10d group and RPC keep their keys apart under their own prefixes.
     store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
-    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     init_method = f"tcp://{host}:{store.port}"
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["marl.launch"])
-    children = [ctx.Process(target=_child, args=(r, world, cfg, info, init_method), name=role_name(r, cfg.learners), daemon=True)
-                for r in range(1, world)]
-    for p in children:
-        p.start()
+    for _ in children:
+        address_in.send(init_method)
     started = threading.Event()
     watchdog = threading.Thread(target=_watch_start, args=(children, started), daemon=True)
     watchdog.start()
     code = 1
     try:
-        code = run_rank(0, world, 0, cfg, info, init_method, on_ready=started.set, rank0_main=rank0_main)
+        code = run_rank(0, world, 0, cfg, info, init_method, on_ready=started.set, rank0_main=rank0_main, clock=clock)
     except KeyboardInterrupt:
         print("marl: interrupted, stopping every process", file=sys.stderr)
         code = 130

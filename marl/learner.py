@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -32,8 +33,15 @@ METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "gra
 MIN_BLOCK_PARAMS = 1_000_000
 
 
-def parallelize(model: ActorCritic, mesh: DeviceMesh, precision: str, min_block_params: int = MIN_BLOCK_PARAMS) -> ActorCritic:
-    """Shard each block big enough to be worth it, then the root (which takes every other parameter)."""
+def parallelize(model: ActorCritic, mesh: DeviceMesh, precision: str, min_block_params: int = MIN_BLOCK_PARAMS,
+                activation_checkpointing: bool = False) -> ActorCritic:
+    """Optionally checkpoint each block's activations, then shard each block big enough to be worth
+    it, then the root (which takes every other parameter): TorchTitan's order, AC before FSDP."""
+    if activation_checkpointing:
+        # Recompute each block's activations in backward instead of keeping them from forward.
+        for mlp in (model.actor, model.critic):
+            for i, block in enumerate(mlp.blocks):
+                mlp.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
     if precision == "bf16":
         # Sharded master weights stay fp32 and gradients reduce in fp32; only compute is bf16.
         # Blocks hand bf16 on to the next layer; the root returns fp32 for the loss.
@@ -66,7 +74,7 @@ class Learner:
             torch.manual_seed(cfg.seed)
             model = build_model(info, cfg.hidden_sizes)
         mesh = DeviceMesh.from_group(group, device.type)
-        self.model = parallelize(model.to(device), mesh, cfg.precision, min_block_params)
+        self.model = parallelize(model.to(device), mesh, cfg.precision, min_block_params, cfg.activation_checkpointing)
         # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
         self.generator = torch.Generator().manual_seed(cfg.seed * 1_000 + self.rank)

@@ -29,10 +29,10 @@ def make_batch(n: int = 64) -> dict[str, torch.Tensor]:
             "returns": torch.randn(n, generator=g)}
 
 
-def _worker(rank: int, world: int, port: int, precision: str, out: str, min_block_params: int) -> None:
+def _worker(rank: int, world: int, port: int, precision: str, out: str, min_block_params: int, ac: bool) -> None:
     code = 1
     try:
-        _step(rank, world, port, precision, out, min_block_params)
+        _step(rank, world, port, precision, out, min_block_params, ac)
         code = 0
     except BaseException:
         traceback.print_exc()
@@ -44,13 +44,13 @@ def _worker(rank: int, world: int, port: int, precision: str, out: str, min_bloc
         os._exit(code)
 
 
-def _step(rank: int, world: int, port: int, precision: str, out: str, min_block_params: int) -> None:
+def _step(rank: int, world: int, port: int, precision: str, out: str, min_block_params: int, ac: bool) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # join the test's store as a client, as marl.launch does
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        cfg = dataclasses.replace(CFG, precision=precision)
+        cfg = dataclasses.replace(CFG, precision=precision, activation_checkpointing=ac)
         learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"), min_block_params)
         units = [m for m in learner.model.modules() if isinstance(m, FSDPModule)]
         assert len(units) == (1 + len(learner.model.blocks()) if min_block_params == 0 else 1)
@@ -67,13 +67,13 @@ def _step(rank: int, world: int, port: int, precision: str, out: str, min_block_
         dist.destroy_process_group()
 
 
-def one_step(world: int, precision: str, tmp_path, min_block_params: int = 0) -> dict:
+def one_step(world: int, precision: str, tmp_path, min_block_params: int = 0, ac: bool = False) -> dict:
     """One update on `world` ranks; by default every block is its own FSDP unit (the big-model layout)."""
-    out = str(tmp_path / f"w{world}_{precision}_{min_block_params}.pt")
+    out = str(tmp_path / f"w{world}_{precision}_{min_block_params}_{ac}.pt")
     ctx = multiprocessing.get_context("spawn")
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # the OS picks a free port
     port = store.port
-    procs = [ctx.Process(target=_worker, args=(r, world, port, precision, out, min_block_params)) for r in range(world)]
+    procs = [ctx.Process(target=_worker, args=(r, world, port, precision, out, min_block_params, ac)) for r in range(world)]
     for p in procs:
         p.start()
     try:
@@ -129,3 +129,11 @@ def test_one_rank_fsdp_step_matches_plain_pytorch(tmp_path):
     assert got["metrics"]["grad_norm"] == pytest.approx(norm.item(), rel=1e-5)
     for key, value in model.state_dict().items():
         torch.testing.assert_close(got["after"][key], value, rtol=1e-5, atol=1e-6)
+
+
+def test_activation_checkpointing_changes_memory_not_math(tmp_path):
+    plain, ac = one_step(1, "fp32", tmp_path), one_step(2, "fp32", tmp_path, ac=True)
+    assert plain["after"].keys() == ac["after"].keys()  # the wrapper leaves parameter names alone
+    for key in plain["after"]:
+        torch.testing.assert_close(ac["after"][key], plain["after"][key], rtol=1e-6, atol=1e-6)
+    assert ac["metrics"]["grad_norm"] == pytest.approx(plain["metrics"]["grad_norm"], rel=1e-6)
