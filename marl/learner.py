@@ -33,15 +33,18 @@ METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "gra
 MIN_BLOCK_PARAMS = 1_000_000
 
 
-def parallelize(model: ActorCritic, mesh: DeviceMesh, precision: str, min_block_params: int = MIN_BLOCK_PARAMS,
+def parallelize(model: ActorCritic, mesh: DeviceMesh | None, precision: str, min_block_params: int = MIN_BLOCK_PARAMS,
                 activation_checkpointing: bool = False) -> ActorCritic:
     """Optionally checkpoint each block's activations, then shard each block big enough to be worth
-    it, then the root (which takes every other parameter): TorchTitan's order, AC before FSDP."""
+    it, then the root (which takes every other parameter): TorchTitan's order, AC before FSDP.
+    With no mesh, only the activation checkpointing is applied."""
     if activation_checkpointing:
         # Recompute each block's activations in backward instead of keeping them from forward.
         for mlp in (model.actor, model.critic):
             for i, block in enumerate(mlp.blocks):
                 mlp.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
+    if mesh is None:
+        return model
     if precision == "bf16":
         # Sharded master weights stay fp32 and gradients reduce in fp32; only compute is bf16.
         # Blocks hand bf16 on to the next layer; the root returns fp32 for the loss.
@@ -73,8 +76,17 @@ class Learner:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             model = build_model(info, cfg.hidden_sizes)
-        mesh = DeviceMesh.from_group(group, device.type)
-        self.model = parallelize(model.to(device), mesh, cfg.precision, min_block_params, cfg.activation_checkpointing)
+        model = model.to(device)
+        if self.world > 1 or cfg.precision != "fp32":
+            mesh = DeviceMesh.from_group(group, device.type)
+            self.model = parallelize(model, mesh, cfg.precision, min_block_params, cfg.activation_checkpointing)
+        else:
+            # One fp32 rank has nothing to shard, and FSDP's per-step collectives and DTensor
+            # dispatch cost more than the math of a small policy (77 ms vs 47 ms per default
+            # update). TorchTitan likewise applies fully_shard only when the data-parallel shard
+            # degree is above 1. bf16 goes through FSDP even on one rank: its MixedPrecisionPolicy
+            # is how the learner computes in bf16.
+            self.model = parallelize(model, None, cfg.precision, min_block_params, cfg.activation_checkpointing)
         # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
         self.generator = torch.Generator().manual_seed(cfg.seed * 1_000 + self.rank)
@@ -122,7 +134,8 @@ class Learner:
         sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         # With one CPU rank there is nothing to gather or offload, and the "copy" aliases the live
         # parameters, which the next optimizer step would change under whoever holds it.
-        live = {p.to_local().untyped_storage().data_ptr() for p in self.model.parameters()}
+        local = (p.to_local() if isinstance(p, DTensor) else p for p in self.model.parameters())
+        live = {t.untyped_storage().data_ptr() for t in local}
         return {k: v.clone() if v.untyped_storage().data_ptr() in live else v for k, v in sd.items()}
 
 

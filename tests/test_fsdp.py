@@ -53,7 +53,10 @@ def _step(rank: int, world: int, port: int, precision: str, out: str, min_block_
         cfg = dataclasses.replace(CFG, precision=precision, activation_checkpointing=ac)
         learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"), min_block_params)
         units = [m for m in learner.model.modules() if isinstance(m, FSDPModule)]
-        assert len(units) == (1 + len(learner.model.blocks()) if min_block_params == 0 else 1)
+        if world == 1 and precision == "fp32":
+            assert not units  # one fp32 rank: plain PyTorch, the reference the sharded runs must match
+        else:
+            assert len(units) == (1 + len(learner.model.blocks()) if min_block_params == 0 else 1)
         if rank == 0:
             group = LearnerGroup(learner)
             before = group.gather()
@@ -108,8 +111,8 @@ def test_two_ranks_take_the_same_step_as_one(precision, tol, min_block_params, t
         assert two["metrics"][name] == pytest.approx(one["metrics"][name], rel=tol, abs=tol)
 
 
-def test_one_rank_fsdp_step_matches_plain_pytorch(tmp_path):
-    """The sharded learner against an unsharded model and the same loss, computed here by hand."""
+def test_one_rank_step_matches_a_hand_written_step(tmp_path):
+    """The learner's update against the same loss and optimizer step written out here."""
     from marl.algorithms import ppo_loss
     from marl.models import build_model, entropy, log_prob
 
