@@ -216,8 +216,8 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
         ctx.set_forkserver_preload(["marl.launch"])
     # Children start first and wait for the rendezvous address on a pipe, so that they start up
     # while this process creates the store, and fork happens before the store's thread exists.
-    address_out, address_in = ctx.Pipe(duplex=False)
-    children = [ctx.Process(target=_child, args=(r, world, cfg, info, address_out), name=role_name(r, cfg.learners),
+    pipes = [ctx.Pipe(duplex=False) for _ in range(1, world)]  # one each: concurrent readers of one pipe garble it
+    children = [ctx.Process(target=_child, args=(r, world, cfg, info, pipes[r - 1][0]), name=role_name(r, cfg.learners),
                             daemon=True) for r in range(1, world)]
     for p in children:
         p.start()
@@ -226,7 +226,7 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
     # it as a client. The c10d group and RPC keep their keys apart under their own prefixes.
     store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
     init_method = f"tcp://{host}:{store.port}"
-    for _ in children:
+    for _, address_in in pipes:
         address_in.send(init_method)
     started = threading.Event()
     watchdog = threading.Thread(target=_watch_start, args=(children, started), daemon=True)

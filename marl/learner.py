@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
 
 from envs import EnvInfo
 from marl.algorithms import ppo_loss
@@ -38,6 +34,11 @@ def parallelize(model: ActorCritic, mesh: DeviceMesh | None, precision: str, min
     """Optionally checkpoint each block's activations, then shard each block big enough to be worth
     it, then the root (which takes every other parameter): TorchTitan's order, AC before FSDP.
     With no mesh, only the activation checkpointing is applied."""
+    # Imported here: torch.distributed.tensor's import alone is 0.6 s of start-up, and a single
+    # fp32 learner rank never needs it.
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
     if activation_checkpointing:
         # Recompute each block's activations in backward instead of keeping them from forward.
         for mlp in (model.actor, model.critic):
@@ -77,7 +78,8 @@ class Learner:
             torch.manual_seed(cfg.seed)
             model = build_model(info, cfg.hidden_sizes)
         model = model.to(device)
-        if self.world > 1 or cfg.precision != "fp32":
+        self.sharded = self.world > 1 or cfg.precision != "fp32"
+        if self.sharded:
             mesh = DeviceMesh.from_group(group, device.type)
             self.model = parallelize(model, mesh, cfg.precision, min_block_params, cfg.activation_checkpointing)
         else:
@@ -115,7 +117,7 @@ class Learner:
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                if isinstance(grad_norm, DTensor):
+                if self.sharded:
                     grad_norm = grad_norm.full_tensor()  # the global norm over every rank's shards
                 self.optimizer.step()
                 totals += torch.stack([*(stats[m] for m in METRICS[:-1]), grad_norm.detach().float()])
@@ -131,11 +133,15 @@ class Learner:
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Unsharded CPU weights (a collective: every rank calls it; rank 0 receives them)."""
+        if not self.sharded:
+            # A copy: the next optimizer step changes the parameters in place under whoever holds it.
+            return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
         sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        # With one CPU rank there is nothing to gather or offload, and the "copy" aliases the live
-        # parameters, which the next optimizer step would change under whoever holds it.
-        local = (p.to_local() if isinstance(p, DTensor) else p for p in self.model.parameters())
-        live = {t.untyped_storage().data_ptr() for t in local}
+        # With one CPU rank (bf16) there is nothing to gather or offload, and the result aliases the
+        # live parameter shards, just as the unsharded state dict above would without its copy.
+        live = {p.to_local().untyped_storage().data_ptr() for p in self.model.parameters()}
         return {k: v.clone() if v.untyped_storage().data_ptr() in live else v for k, v in sd.items()}
 
 
