@@ -1,0 +1,41 @@
+"""Every bench script runs, at tiny sizes, so that none can rot. No timing is asserted here:
+the figures are the scripts' job, on a quiet machine (see the README's table)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, processes_with_token
+
+
+@pytest.mark.parametrize("cmd, expect", [
+    (["bench/collect_throughput.py", "--envs-per-actor", "2", "--requests", "2", "--roofline-seconds", "0.2"],
+     "ratio marl / roofline"),
+    (["bench/train_throughput.py", "--steps", "4000"], "ratio async / sync"),
+    (["bench/time_to_solve.py", "--seeds", "1", "--", "--agents", "2", "--total-steps", "3000"], "agent-steps median"),
+    (["bench/startup.py", "--runs", "1"], "command -> first rollout"),
+    (["bench/learner_memory.py", "--smoke"], "ratio"),
+], ids=["collect", "train", "time_to_solve", "startup", "learner_memory"])
+def test_bench_runs(cmd, expect, tmp_path):
+    token = f"bench-{os.getpid()}-{cmd[0]}"
+    env = {**os.environ, "MARL_TEST_TOKEN": token}
+    try:
+        r = subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        assert expect in r.stdout
+        assert not processes_with_token(token)
+    finally:
+        from tests.conftest import kill_all
+
+        kill_all(processes_with_token(token))
+
+
+def test_gpu_check_runs_on_cpu_when_allowed():
+    r = subprocess.run(["bash", "bench/gpu_check.sh", "--allow-cpu"], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT, env={**os.environ, "PYTHON": sys.executable})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "gpu_check: PASS" in r.stdout
