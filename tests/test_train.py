@@ -13,7 +13,8 @@ from tests.conftest import ROOT, read_scalars
 
 CLEANRL_TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "losses/value_loss",
                 "losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
-                "losses/explained_variance", "perf/collect_seconds", "perf/learn_seconds", "perf/publish_seconds"]
+                "losses/explained_variance", "perf/collect_seconds", "perf/learn_seconds", "perf/publish_seconds",
+                "perf/idle_seconds", "perf/coordinator_overhead", "perf/policy_lag", "perf/startup_seconds"]
 
 
 def comms(pids: list[int]) -> set[str]:
@@ -41,6 +42,7 @@ def test_default_run_solves_cartpole_with_eight_agents(train):
     assert proc.returncode == 0, err[-3000:]
     assert "solved: mean return" in out, out[-2000:]
     assert "Traceback" not in err
+    assert "start-up:" in out and "first rollout" in out
     progress = [line for line in out.splitlines() if line.startswith("iter ")]
     assert len(progress) > 5 and "steps/s" in progress[0] and "return" in progress[0]
 
@@ -114,4 +116,15 @@ def test_box_actions_and_episode_rollouts_run_end_to_end(train):
     scalars = read_scalars(train.logdir / "box")
     # Whole 200-step Pendulum episodes only: every finished episode is exactly 200 steps long.
     assert {v for _, v in scalars["charts/episodic_length"]} == {200.0}
+    assert not train.survivors()
+
+
+def test_async_mode_solves_cartpole_and_reports_policy_lag(train):
+    r = train("--mode", "async", "--run-name", "async")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "solved: mean return" in r.stdout
+    scalars = read_scalars(train.logdir / "async")
+    lags = [v for _, v in scalars["perf/policy_lag"]]
+    # Actors keep collecting while the learner trains, so most batches were made by an older policy.
+    assert max(lags) >= 1 and sum(lags) / len(lags) > 0.5
     assert not train.survivors()
