@@ -26,16 +26,33 @@ sys.path.insert(0, str(ROOT))
 TARGET = 250_000
 
 
-def marl_rate(steps: int, extra: list[str]) -> float:
+def marl_rate(steps: int, extra: list[str]) -> tuple[float, dict[str, float]]:
+    """train.py's agent-steps/s, and the mean of its perf/ scalars over the run (first 3 iterations skipped)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     with tempfile.TemporaryDirectory() as logdir:
         cmd = [sys.executable, str(ROOT / "train.py"), "--total-steps", str(steps), "--target-return", "inf",
                "--logdir", logdir, "--run-name", "bench", *extra]
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    m = re.search(r"reached at step ([\d,]+) in ([\d.]+)s", out.stdout)
-    if out.returncode != 0 or not m:
-        sys.stderr.write(out.stdout[-2000:] + out.stderr[-3000:])
-        raise SystemExit("train_throughput: train.py failed")
-    return int(m.group(1).replace(",", "")) / float(m.group(2))
+        m = re.search(r"reached at step ([\d,]+) in ([\d.]+)s", out.stdout)
+        if out.returncode != 0 or not m:
+            sys.stderr.write(out.stdout[-2000:] + out.stderr[-3000:])
+            raise SystemExit("train_throughput: train.py failed")
+        acc = EventAccumulator(str(Path(logdir) / "bench"), size_guidance={"scalars": 0})
+        acc.Reload()
+        perf = {}
+        for tag in acc.Tags()["scalars"]:
+            values = [e.value for e in acc.Scalars(tag)][3:]
+            if tag.startswith("perf/") and values and "startup" not in tag:
+                perf[tag[5:]] = sum(values) / len(values)
+    return int(m.group(1).replace(",", "")) / float(m.group(2)), perf
+
+
+def show_perf(mode: str, perf: dict[str, float]) -> None:
+    ms = ", ".join(f"{k.removesuffix('_seconds')} {v * 1e3:.1f} ms" for k, v in perf.items() if k.endswith("_seconds"))
+    print(f"  {mode} per iteration: {ms}; policy lag {perf.get('policy_lag', 0):.2f}")
+    print(f"  {mode} coordinator overhead (RPC wait beyond actor compute + weight publication) / iteration: "
+          f"{perf['coordinator_overhead']:.1%} (target < 10%)")
 
 
 def baseline_rate(steps: int) -> float:
@@ -103,16 +120,25 @@ def baseline_rate(steps: int) -> float:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=300_000, help="agent-steps for each of the two runs")
+    p.add_argument("--repeats", type=int, default=3, help="sync and async runs, alternating; medians are reported")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="extra train.py flags, after --")
     args = p.parse_args()
     extra = [a for a in args.train_args if a != "--"]
     base = baseline_rate(args.steps)
-    sync = marl_rate(args.steps, ["--mode", "sync", *extra])
-    async_ = marl_rate(args.steps, ["--mode", "async", *extra])
+    # Alternate the modes so that a noisy neighbour on a shared machine hits both alike.
+    runs = {"sync": [], "async": []}
+    for _ in range(args.repeats):
+        for mode in runs:
+            runs[mode].append(marl_rate(args.steps, ["--mode", mode, *extra]))
+    (sync, sync_perf), (async_, async_perf) = (sorted(runs[m], key=lambda r: r[0])[len(runs[m]) // 2] for m in runs)
+    print(f"median of {args.repeats} runs each; sync runs: {', '.join(f'{r:,.0f}' for r, _ in runs['sync'])}; "
+          f"async runs: {', '.join(f'{r:,.0f}' for r, _ in runs['async'])} agent-steps/s")
     shown = " ".join(extra) or "default config"
     print(f"one-process PPO loop (no RPC, no FSDP, 1 thread): {base:>10,.0f} agent-steps/s")
     print(f"marl --mode sync  ({shown}): {sync:>10,.0f} agent-steps/s")
     print(f"marl --mode async ({shown}): {async_:>10,.0f} agent-steps/s")
+    show_perf("sync", sync_perf)
+    show_perf("async", async_perf)
     print(f"ratio sync / one-process loop: {sync / base:.2f}")
     print(f"ratio async / sync: {async_ / sync:.2f} (target >= 1.50)")
     print(f"ratio sync / {TARGET:,} target: {sync / TARGET:.2f}; async / target: {async_ / TARGET:.2f} (target >= 1.00)")

@@ -15,7 +15,7 @@ from tests.conftest import ROOT, processes_with_token
 @pytest.mark.parametrize("cmd, expect", [
     (["bench/collect_throughput.py", "--envs-per-actor", "2", "--requests", "2", "--roofline-seconds", "0.2"],
      "ratio marl / roofline"),
-    (["bench/train_throughput.py", "--steps", "4000"], "ratio async / sync"),
+    (["bench/train_throughput.py", "--steps", "4000", "--repeats", "1"], "ratio async / sync"),
     (["bench/time_to_solve.py", "--seeds", "1", "--", "--agents", "2", "--total-steps", "3000"], "agent-steps median"),
     (["bench/startup.py", "--runs", "1"], "command -> first rollout"),
     (["bench/learner_memory.py", "--smoke"], "ratio"),
