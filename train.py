@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     code = main()
-    # Every process has been joined and every log flushed by now. Skip the interpreter's teardown
-    # of torch's C++ state, which takes over a second here and does nothing a user needs.
+    # Every process has been joined and every log flushed by now: leave as marl.launch.exit_now
+    # does, without importing it (a usage error must not wait for torch's import).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -35,7 +35,7 @@ import torch.distributed as dist  # noqa: E402
 
 from envs import EnvInfo, describe  # noqa: E402
 from marl.config import Config  # noqa: E402
-from marl.launch import device_and_backend  # noqa: E402
+from marl.launch import device_and_backend, exit_now  # noqa: E402
 from marl.learner import Learner, LearnerGroup, follow, sample_fields  # noqa: E402
 
 RESULT_TAG = "gpu_learner-result:"
@@ -218,9 +218,6 @@ if __name__ == "__main__":
         print(f"gpu_learner: rank {rank} failed:", file=sys.stderr)
         traceback.print_exc()
         code = 1
-    # As marl's own processes: skip torch's C++ teardown at interpreter exit, which has aborted here.
     # On failure the process group is left as is: the other ranks may be stuck in a collective, and
     # torchrun ends them when this rank exits non-zero.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_now(code)

@@ -44,6 +44,7 @@ from torch.distributed.tensor import DTensor  # noqa: E402
 
 from envs import describe  # noqa: E402
 from marl.config import Config  # noqa: E402
+from marl.launch import exit_now  # noqa: E402
 from marl.learner import MIN_BLOCK_PARAMS, Learner, LearnerGroup, follow  # noqa: E402
 
 ENV = "CartPole-v1"
@@ -163,11 +164,7 @@ def worker(rank: int, world: int, port: int, job: Job, out: str) -> None:
     except BaseException:
         traceback.print_exc()
     finally:
-        # Leave as marl's own processes do: torch's C++ teardown at interpreter exit has aborted
-        # now and then, after the work was done.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        exit_now(code)  # as marl's own processes leave
 
 
 # --- in the parent

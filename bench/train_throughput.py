@@ -42,7 +42,8 @@ def marl_rate(steps: int, extra: list[str]) -> tuple[float, dict[str, float]]:
         acc.Reload()
         perf = {}
         for tag in acc.Tags()["scalars"]:
-            values = [e.value for e in acc.Scalars(tag)][3:]
+            values = [e.value for e in acc.Scalars(tag)]
+            values = values[3:] or values  # warm-up iterations out, unless that is all there is
             if tag.startswith("perf/") and values and "startup" not in tag:
                 perf[tag[5:]] = sum(values) / len(values)
     return int(m.group(1).replace(",", "")) / float(m.group(2)), perf
@@ -57,8 +58,6 @@ def show_perf(mode: str, perf: dict[str, float]) -> None:
 
 def baseline_rate(steps: int) -> float:
     """The same synchronous PPO in one process: collect T steps of every env, then learn."""
-    import dataclasses
-
     import gymnasium as gym
     import torch
 

@@ -12,7 +12,6 @@ import argparse
 import dataclasses
 import difflib
 import math
-import sys
 import time
 import tomllib
 import typing

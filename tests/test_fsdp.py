@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
-import sys
 import traceback
 
 import pytest
@@ -15,6 +14,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from envs import describe
 from marl.config import Config
+from marl.launch import exit_now
 from marl.learner import MIN_BLOCK_PARAMS, Learner, LearnerGroup, follow
 
 CFG = dataclasses.replace(Config(), num_minibatches=1, update_epochs=1, seed=0, hidden_sizes=(16, 16),
@@ -37,11 +37,7 @@ def _worker(rank: int, world: int, port: int, precision: str, out: str, min_bloc
     except BaseException:
         traceback.print_exc()
     finally:
-        # Leave as marl's own processes do (forkserver children and train.py end with os._exit):
-        # torch's C++ teardown at interpreter exit has aborted here now and then, after the work.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        exit_now(code)  # as marl's own processes leave
 
 
 def _step(rank: int, world: int, port: int, precision: str, out: str, min_block_params: int, ac: bool) -> None:
