@@ -68,7 +68,6 @@ class Config:
     logdir: str = _f("runs", "TensorBoard root directory")
     run_name: str = _f("", "run directory name under logdir; default: <env>__<seed>__<unix time>")
     rpc_timeout: float = _f(60.0, "seconds before an RPC to an actor is declared failed")
-    master_addr: str = _f("127.0.0.1", "address the RPC and c10d rendezvous bind to (local spawn); keep it on a trusted network")
 
     @property
     def run_dir(self) -> Path:

@@ -4,8 +4,8 @@ World layout: ranks 0..L-1 are learners (rank 0 also runs the coordinator), rank
 actors. Every rank joins one RPC world and one gloo default process group; the learners also
 form their own group (NCCL on GPUs, gloo on CPU) that FSDP2 shards over.
 
-Local spawn (the default): this process hosts the rendezvous store (on 127.0.0.1 and a port the
-OS picks), becomes rank 0 and spawns the others. Under `torchrun`, every process is started by torchrun and reads its rank from the
+Local spawn (the default): this process becomes rank 0 and starts the others; the rendezvous
+goes through files in a private temporary directory, so no rendezvous port is opened at all. Under `torchrun`, every process is started by torchrun and reads its rank from the
 environment; the rendezvous goes through torchrun's own store.
 """
 
@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
 from datetime import timedelta
-from multiprocessing.connection import Connection
 from typing import Callable, NoReturn
 
 import torch
@@ -99,7 +100,7 @@ def process_start_time() -> float | None:
 Rank0Main = Callable[[Config, EnvInfo, "dist.ProcessGroup", torch.device, StartupClock], int]
 
 
-def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo, init_method: str,
+def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo, init_methods: tuple[str, str],
              on_ready: Callable[[], None] | None = None, rank0_main: Rank0Main | None = None,
              clock: StartupClock | None = None) -> int:
     """Everything one process does, from joining the job to leaving it. Returns its exit code.
@@ -121,10 +122,11 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
     if cfg.mode == "async" and not _under_torchrun():
         _pin_for_async(rank, cfg.learners)
     timeout = timedelta(seconds=max(cfg.rpc_timeout, 60))
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=timeout)
+    pg_init, rpc_init = init_methods  # each rendezvous has a store of its own
+    dist.init_process_group("gloo", init_method=pg_init, rank=rank, world_size=world, timeout=timeout)
     learner_group = dist.new_group(list(range(cfg.learners)), backend=backend, timeout=timeout)
     options = rpc.TensorPipeRpcBackendOptions(
-        init_method=init_method, rpc_timeout=cfg.rpc_timeout,
+        init_method=rpc_init, rpc_timeout=cfg.rpc_timeout,
         # TensorPipe's shm/cma transports have failed in containers; plain sockets always work.
         _transports=["uv"], _channels=["basic"])
     with warnings.catch_warnings():
@@ -189,10 +191,10 @@ def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device,
     return 0
 
 
-def _child(rank: int, world: int, cfg: Config, info: EnvInfo, init_method: Connection) -> None:
+def _child(rank: int, world: int, cfg: Config, info: EnvInfo, init_methods: tuple[str, str]) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
-    sys.exit(run_rank(rank, world, rank, cfg, info, init_method.recv()))
+    sys.exit(run_rank(rank, world, rank, cfg, info, init_methods))
 
 
 def _start_method() -> str:
@@ -223,39 +225,31 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
         if int(os.environ["WORLD_SIZE"]) != world:
             raise UsageError(f"torchrun started {os.environ['WORLD_SIZE']} processes but --learners {cfg.learners} + "
                              f"--actors {cfg.actors} = {world}; make --nproc-per-node x --nnodes equal {world}")
-        # Both rendezvous go through torchrun's agent store, as they go through ours below.
-        return run_rank(int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]), cfg, info, "env://",
+        # Both rendezvous go through torchrun's agent store.
+        return run_rank(int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]), cfg, info, ("env://", "env://"),
                         rank0_main=rank0_main, clock=clock)
 
-    host = cfg.master_addr
-    if host in ("127.0.0.1", "localhost"):
-        # Gloo and TensorPipe otherwise pick an address from the hostname, which may not be loopback.
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
-    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # rendezvous as clients of the store below
+    # Gloo and TensorPipe otherwise pick an address from the hostname, which may not be loopback.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
+    # File stores in a directory only this user can read: torch's TCPStore listens on every
+    # interface whatever host it is given, and all the processes are on this machine anyway.
+    # A fresh directory per run also means no port to pick and no race for one.
+    rdzv = tempfile.mkdtemp(prefix="marl-rendezvous-")
+    init_methods = (f"file://{rdzv}/c10d", f"file://{rdzv}/rpc")
     ctx = mp.get_context(_start_method())
     if ctx.get_start_method() == "forkserver":
         ctx.set_forkserver_preload(["marl.launch"])
-    # Children start first and wait for the rendezvous address on a pipe, so that they start up
-    # while this process creates the store, and fork happens before the store's thread exists.
-    pipes = [ctx.Pipe(duplex=False) for _ in range(1, world)]  # one each: concurrent readers of one pipe garble it
-    children = [ctx.Process(target=_child, args=(r, world, cfg, info, pipes[r - 1][0]), name=role_name(r, cfg.learners),
+    children = [ctx.Process(target=_child, args=(r, world, cfg, info, init_methods), name=role_name(r, cfg.learners),
                             daemon=True) for r in range(1, world)]
     for p in children:
         p.start()
-    # The launcher plays torchrun's agent: it hosts the one rendezvous store, on a port the OS picks
-    # (no window in which another program can take it), and every rank, this one included, joins
-    # it as a client. The c10d group and RPC keep their keys apart under their own prefixes.
-    store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
-    init_method = f"tcp://{host}:{store.port}"
-    for _, address_in in pipes:
-        address_in.send(init_method)
     started = threading.Event()
     watchdog = threading.Thread(target=_watch_start, args=(children, started), daemon=True)
     watchdog.start()
     code = 1
     try:
-        code = run_rank(0, world, 0, cfg, info, init_method, on_ready=started.set, rank0_main=rank0_main, clock=clock)
+        code = run_rank(0, world, 0, cfg, info, init_methods, on_ready=started.set, rank0_main=rank0_main, clock=clock)
     except KeyboardInterrupt:
         print("marl: interrupted, stopping every process", file=sys.stderr)
         code = 130
@@ -265,6 +259,7 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
         code = 1
     finally:
         _end_children(children, wait=10.0 if code == 0 else 0.0)
+        shutil.rmtree(rdzv, ignore_errors=True)
     return code
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -127,3 +128,43 @@ def test_async_mode_solves_cartpole_and_reports_policy_lag(train):
     # Actors keep collecting while the learner trains, so most batches were made by an older policy.
     assert max(lags) >= 1 and sum(lags) / len(lags) > 0.5
     assert not train.survivors()
+
+
+def listening_sockets(pids: list[int]) -> list[tuple[str, int]]:
+    """(address hex, port) of every listening TCP socket the given processes own."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            pass
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
+                addr, port = cols[1].split(":")
+                found.append((addr, int(port, 16)))
+    return found
+
+
+def test_a_default_run_listens_on_loopback_only(train):
+    loopback = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
+    proc = train.start("--total-steps", "100000000", "--target-return", "1e9", "--run-name", "ports")
+    try:
+        deadline = time.monotonic() + 60
+        sockets = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len(comms(train.survivors())) >= 3:
+                time.sleep(1.0)  # past start-up: every listener is open
+                sockets = listening_sockets(train.survivors())
+                break
+            time.sleep(0.1)
+        assert sockets, "the run never listened at all?"
+        assert all(addr in loopback for addr, _ in sockets), sockets
+    finally:
+        proc.kill()
+        proc.communicate()
