@@ -50,7 +50,7 @@ def roofline(cfg: Config, seconds: float) -> float:
 
 
 def measure_actors(requests: int, result: dict):
-    def rank0_main(cfg: Config, info, learner_group, device, clock) -> int:
+    def rank0_main(cfg: Config, info, learner_group, device, control) -> int:
         pool = ActorPool(cfg, info)
         weights = build_model(info, cfg.hidden_sizes).state_dict()
         for _ in range(2):  # warm-up: actor construction, first weights

@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.distributed.rpc as rpc
@@ -22,7 +22,7 @@ from envs import EnvInfo
 from marl.actor import RolloutWorker
 from marl.algorithms import gae
 from marl.config import Config
-from marl.learner import LearnerGroup
+from marl.learner import LearnerGroup, NonFiniteError
 from marl.logging import RunLogger
 from marl.trajectory import Trajectory, flatten_valid
 
@@ -152,8 +152,11 @@ class RolloutStream:
 
 
 class Coordinator:
-    def __init__(self, cfg: Config, info: EnvInfo, learners: LearnerGroup, logger: RunLogger, clock: StartupClock):
+    def __init__(self, cfg: Config, info: EnvInfo, learners: LearnerGroup, logger: RunLogger, clock: StartupClock,
+                 check_stop: Callable[[], None] = lambda: None):
+        """`check_stop` raises if the run was asked to stop (a signal); it is called between iterations."""
         self.cfg, self.info, self.learners, self.log, self.clock = cfg, info, learners, logger, clock
+        self.check_stop = check_stop
 
     def run(self) -> Result:
         cfg, log = self.cfg, self.log
@@ -168,6 +171,7 @@ class Coordinator:
         stream = RolloutStream(actors, version, weights) if cfg.mode == "async" else None
         try:
             while True:
+                self.check_stop()
                 iteration += 1
                 t0 = time.perf_counter()
                 if stream is None:
@@ -182,7 +186,10 @@ class Coordinator:
                 steps = sum(tr.steps for tr in trajs)
                 frac = max(1.0 - global_step / cfg.total_steps, 0.0) if cfg.anneal_lr else 1.0
                 lr = cfg.learning_rate * max(frac, 1e-3)
-                metrics, used = self.learners.update(batch, lr)
+                try:
+                    metrics, used = self.learners.update(batch, lr)
+                except NonFiniteError as e:
+                    raise NonFiniteError(f"iteration {iteration} (step {global_step:,}): {e}") from None
                 t2 = time.perf_counter()
                 weights, version = self.learners.gather(), version + 1
                 if stream is not None:

@@ -32,6 +32,7 @@ import torch.multiprocessing as mp
 
 from envs import EnvInfo
 from marl.config import Config, UsageError
+from marl.learner import NonFiniteError
 
 _PR_SET_PDEATHSIG = 1
 
@@ -85,6 +86,44 @@ class StartupClock:
         return out
 
 
+class Terminated(Exception):
+    """SIGTERM, turned into an exception so that the same unwinding as Ctrl-C's flushes the logs."""
+
+
+class StopSignals:
+    """SIGINT and SIGTERM ask the run to stop at the next iteration boundary: an exception raised
+    at an arbitrary point can land inside torch's C++ RPC code and leave a future that never
+    completes (seen: Ctrl-C during dispatch hung the coordinator in wait_all). A second signal
+    stops at once."""
+
+    def __init__(self):
+        self.received: int | None = None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None:
+            self.raise_for(signum)
+        self.received = signum
+
+    @staticmethod
+    def raise_for(signum: int):
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+
+    def check(self) -> None:
+        """Raise KeyboardInterrupt or Terminated if a signal came; call it where stopping is safe."""
+        if self.received is not None:
+            self.raise_for(self.received)
+
+
+@dataclass
+class RunControl:
+    """What the launcher hands rank 0's main: the start-up clock and the stop signals."""
+
+    clock: StartupClock
+    stop: StopSignals
+
+
 def process_start_time() -> float | None:
     """When this process started, on the time.time() clock (Linux; 10 ms resolution)."""
     try:
@@ -97,12 +136,12 @@ def process_start_time() -> float | None:
         return None
 
 
-Rank0Main = Callable[[Config, EnvInfo, "dist.ProcessGroup", torch.device, StartupClock], int]
+Rank0Main = Callable[[Config, EnvInfo, "dist.ProcessGroup", torch.device, RunControl], int]
 
 
 def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo, init_methods: tuple[str, str],
              on_ready: Callable[[], None] | None = None, rank0_main: Rank0Main | None = None,
-             clock: StartupClock | None = None) -> int:
+             control: RunControl | None = None) -> int:
     """Everything one process does, from joining the job to leaving it. Returns its exit code.
 
     `on_ready` is called once the last rendezvous (RPC's) is done: every process is up.
@@ -133,14 +172,14 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
         # TensorPipe's own device-map exchange trips a torch deprecation warning that users can do nothing about.
         warnings.filterwarnings("ignore", message=".*as a ProcessGroup.*")
         rpc.init_rpc(role, rank=rank, world_size=world, rpc_backend_options=options)
-    if clock is not None:
-        clock.mark("processes_and_rendezvous")
+    if control is not None:
+        control.clock.mark("processes_and_rendezvous")
     if on_ready is not None:
         on_ready()
     graceful = False
     try:
         if rank == 0:
-            code = (rank0_main or _coordinate)(cfg, info, learner_group, device, clock)
+            code = (rank0_main or _coordinate)(cfg, info, learner_group, device, control)
         elif is_learner:
             from marl.learner import Learner, follow
             follow(Learner(cfg, info, learner_group, device))
@@ -167,7 +206,7 @@ def _pin_for_async(rank: int, learners: int) -> None:
     os.sched_setaffinity(0, {cores[rank]} if rank < learners else set(cores[learners:]))
 
 
-def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device, clock: StartupClock) -> int:
+def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device, control: RunControl) -> int:
     from marl.coordinator import Coordinator
     from marl.learner import Learner, LearnerGroup
     from marl.logging import RunLogger
@@ -175,7 +214,7 @@ def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device,
     learners = LearnerGroup(Learner(cfg, info, learner_group, device))
     logger = RunLogger(cfg, info.agent_ids)
     try:
-        result = Coordinator(cfg, info, learners, logger, clock).run()
+        result = Coordinator(cfg, info, learners, logger, control.clock, control.stop.check).run()
         learners.stop()
     finally:
         logger.close()
@@ -194,6 +233,7 @@ def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device,
 def _child(rank: int, world: int, cfg: Config, info: EnvInfo, init_methods: tuple[str, str]) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the launcher's stop-at-the-boundary handler
     sys.exit(run_rank(rank, world, rank, cfg, info, init_methods))
 
 
@@ -219,7 +259,7 @@ def _under_torchrun() -> bool:
 
 def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> int:
     """Run the whole job; returns the exit code for this process. See `run_rank` for `rank0_main`."""
-    clock = StartupClock(process_start_time(), time.time())
+    control = RunControl(StartupClock(process_start_time(), time.time()), StopSignals())
     world = cfg.learners + cfg.actors
     if _under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != world:
@@ -227,7 +267,7 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
                              f"--actors {cfg.actors} = {world}; make --nproc-per-node x --nnodes equal {world}")
         # Both rendezvous go through torchrun's agent store.
         return run_rank(int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]), cfg, info, ("env://", "env://"),
-                        rank0_main=rank0_main, clock=clock)
+                        rank0_main=rank0_main, control=control)
 
     # Gloo and TensorPipe otherwise pick an address from the hostname, which may not be loopback.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -249,10 +289,17 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
     watchdog.start()
     code = 1
     try:
-        code = run_rank(0, world, 0, cfg, info, init_methods, on_ready=started.set, rank0_main=rank0_main, clock=clock)
+        code = run_rank(0, world, 0, cfg, info, init_methods, on_ready=started.set, rank0_main=rank0_main, control=control)
     except KeyboardInterrupt:
         print("marl: interrupted, stopping every process", file=sys.stderr)
         code = 130
+    except Terminated:
+        print("marl: terminated, stopping every process", file=sys.stderr)
+        code = 143
+    except NonFiniteError as e:
+        print(f"marl: error: {e}. Stopping; lower --learning-rate or check the env's rewards and observations.",
+              file=sys.stderr)
+        code = 1
     except Exception:
         traceback.print_exc()
         print("marl: the run failed (traceback above); stopping every process", file=sys.stderr)

@@ -19,6 +19,10 @@ from marl.config import Config
 from marl.models import ActorCritic, build_model, entropy, log_prob
 
 _STOP, _TRAIN, _GATHER = 0, 1, 2
+
+
+class NonFiniteError(FloatingPointError):
+    """The loss or the gradients became NaN or Inf; raised before the optimizer step that would use them."""
 METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
 
 
@@ -103,7 +107,7 @@ class Learner:
         mb = n // cfg.num_minibatches
         totals = torch.zeros(len(METRICS), device=self.device)
         count = 0
-        for _ in range(cfg.update_epochs):
+        for epoch in range(cfg.update_epochs):
             perm = torch.randperm(n, generator=self.generator).to(self.device)
             epoch_kl = torch.zeros((), device=self.device)
             for k in range(cfg.num_minibatches):
@@ -119,6 +123,10 @@ class Learner:
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 if self.sharded:
                     grad_norm = grad_norm.full_tensor()  # the global norm over every rank's shards
+                if not torch.isfinite(grad_norm):
+                    # The norm is global, so every rank sees the same value and stops at the same step.
+                    raise NonFiniteError(f"the loss or its gradients became NaN or Inf (epoch {epoch + 1}, "
+                                         f"minibatch {k + 1}); the weights were left as they were before this step")
                 self.optimizer.step()
                 totals += torch.stack([*(stats[m] for m in METRICS[:-1]), grad_norm.detach().float()])
                 epoch_kl += stats["approx_kl"]
@@ -202,4 +210,7 @@ def follow(learner: Learner) -> None:
         for key, (shape, dtype) in fields.items():
             shard[key] = torch.empty((per_rank, *shape), dtype=dtype, device=learner.device)
             dist.scatter(shard[key], None, group=learner.group, group_src=0)
-        learner.update(shard, lr)
+        try:
+            learner.update(shard, lr)
+        except NonFiniteError:
+            return  # rank 0 met the same global norm and reports it

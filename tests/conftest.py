@@ -65,7 +65,10 @@ class TrainRunner:
 
     def start(self, *args: str) -> subprocess.Popen:
         cmd = [sys.executable, str(ROOT / "train.py"), "--logdir", str(self.logdir), *args]
-        return subprocess.Popen(cmd, env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        # As from a terminal: SIGINT at its default, even where this test runner was started with it
+        # ignored (as shells do for background jobs), or Ctrl-C could not be tested.
+        return subprocess.Popen(cmd, env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def survivors(self) -> list[int]:
         return processes_with_token(self.token)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 import tomllib
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import ROOT, read_scalars
 
@@ -168,3 +171,40 @@ def test_a_default_run_listens_on_loopback_only(train):
     finally:
         proc.kill()
         proc.communicate()
+
+
+def test_a_non_finite_loss_stops_the_run_with_a_clear_message(train):
+    r = train("--env", "tests.nan_env:NanReward-v0", "--agents", "2", "--run-name", "nan")
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert "became NaN or Inf" in r.stderr and "iteration 1" in r.stderr, r.stderr[-2000:]
+    assert not train.survivors()
+
+
+def read_until(proc, text: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if text in line:
+            return
+        assert line or proc.poll() is None, "the run ended before printing " + text
+    raise AssertionError(f"no {text!r} within {timeout}s")
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_ends_every_process_and_flushes_the_logs(train, sig, code):
+    proc = train.start("--total-steps", "100000000", "--target-return", "1e9", "--run-name", "sig")
+    try:
+        read_until(proc, "iter    5 ")
+        proc.send_signal(sig)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while train.survivors() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not train.survivors()
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert proc.returncode == code, err[-2000:]
+    assert "Traceback" not in err
+    assert len(read_scalars(train.logdir / "sig")["charts/SPS"]) >= 5  # flushed up to the signal
