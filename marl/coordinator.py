@@ -35,6 +35,7 @@ WINDOW = 100  # episodes in the "mean return" that decides when a run is solved 
 @dataclass
 class Result:
     reason: str  # "target" or "budget"
+    lost_actors: int
     global_step: int
     iterations: int
     seconds: float
@@ -64,20 +65,46 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
     return float("nan") if var == 0 else float(1 - (returns - values).var() / var)
 
 
-class ActorPool:
-    """The actors as the coordinator sees them: RRefs to RolloutWorkers and the policy version each holds."""
+class AllActorsLost(RuntimeError):
+    """Every actor failed: the run cannot go on."""
 
-    def __init__(self, cfg: Config, info: EnvInfo):
-        self.cfg = cfg
+
+class ActorPool:
+    """The actors as the coordinator sees them: RRefs to RolloutWorkers, the policy version each
+    holds, and which are still alive. An actor whose request fails (its process died, its env
+    raised, or it did not answer within --rpc-timeout) is dropped and the run goes on degraded."""
+
+    def __init__(self, cfg: Config, info: EnvInfo, log: Callable[[str], None] = print):
+        self.cfg, self.log = cfg, log
         self.actors = [rpc.remote(f"actor{i}", RolloutWorker, args=(cfg, info, i)) for i in range(cfg.actors)]
         self.held = [-1] * cfg.actors
+        self.alive = [True] * cfg.actors
+
+    @property
+    def live(self) -> int:
+        return sum(self.alive)
+
+    def lose(self, i: int, error: BaseException) -> None:
+        """Drop actor i, say why, and fail the run if it was the last one."""
+        self.alive[i] = False
+        lines = [line for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+        # An exception raised in the actor arrives as "On WorkerInfo(...):", its repr, its traceback.
+        why = lines[1] if "On WorkerInfo" in lines[0] and len(lines) > 1 else lines[0]
+        self.log(f"marl: actor {i} failed and is dropped ({self.live} of {len(self.actors)} left): {why}")
+        if not self.live:
+            raise AllActorsLost(f"all {len(self.actors)} actors failed; the last one: {why}")
 
     def collect(self, version: int, weights: dict[str, torch.Tensor]) -> list[Trajectory]:
-        """One rollout from every actor, all requested at once; weights go only to actors that lack `version`."""
-        futures = [a.rpc_async(timeout=self.cfg.rpc_timeout).collect(version, weights if self.held[i] != version else None)
-                   for i, a in enumerate(self.actors)]
-        trajs = torch.futures.wait_all(futures)
-        self.held = [version] * len(self.actors)
+        """One rollout from every live actor, all requested at once; weights go only to actors that lack `version`."""
+        futures = {i: a.rpc_async(timeout=self.cfg.rpc_timeout).collect(version, weights if self.held[i] != version else None)
+                   for i, a in enumerate(self.actors) if self.alive[i]}
+        trajs = []
+        for i, future in futures.items():
+            try:
+                trajs.append(future.wait())
+                self.held[i] = version
+            except Exception as e:  # noqa: BLE001 - whatever the actor's failure, the run goes on without it
+                self.lose(i, e)
         return trajs
 
 
@@ -131,14 +158,20 @@ class RolloutStream:
                 self._request(i)
 
     def next(self) -> Trajectory:
-        """The next rollout to arrive from any actor (raises the actor's error if its request failed)."""
-        i, future = self.arrived.get(timeout=self.pool.cfg.rpc_timeout + 30)
-        traj = future.value()
-        with self.lock:
-            self.waiting[i] -= 1
-            if not self.in_flight[i] and not self.stopping:
-                self._request(i)
-        return traj
+        """The next rollout to arrive from any live actor; a failed actor is dropped on the way."""
+        while True:
+            i, future = self.arrived.get(timeout=self.pool.cfg.rpc_timeout + 30)
+            with self.lock:
+                self.waiting[i] -= 1
+            try:
+                traj = future.value()
+            except Exception as e:  # noqa: BLE001 - as in ActorPool.collect
+                self.pool.lose(i, e)
+                continue
+            with self.lock:
+                if not self.in_flight[i] and not self.stopping:
+                    self._request(i)
+            return traj
 
     def close(self) -> None:
         """Stop asking, and let the requests in flight finish so that shutdown finds no RPC pending."""
@@ -162,7 +195,7 @@ class Coordinator:
         cfg, log = self.cfg, self.log
         self.clock.mark("learner")
         start = time.perf_counter()
-        actors = ActorPool(cfg, self.info)
+        actors = self.actors = ActorPool(cfg, self.info, self.log.print)
         weights, version = self.learners.gather(), 0
         recent: collections.deque[float] = collections.deque(maxlen=WINDOW)
         global_step, iteration = 0, 0
@@ -177,7 +210,7 @@ class Coordinator:
                 if stream is None:
                     trajs = actors.collect(version, weights)
                 else:
-                    trajs = [stream.next() for _ in range(cfg.actors)]
+                    trajs = [stream.next() for _ in range(actors.live)]
                 t1 = time.perf_counter()
                 if iteration == 1:
                     self._startup()
@@ -239,6 +272,7 @@ class Coordinator:
             "perf/idle_seconds": idle,
             "perf/coordinator_overhead": (idle + t3 - t2) / (t3 - t0),
             "perf/policy_lag": lag,
+            "perf/live_actors": self.actors.live,
             "perf/samples_per_update": used,
         }, global_step)
         mean = sum(recent) / len(recent) if recent else None
@@ -246,7 +280,9 @@ class Coordinator:
         log.print(f"iter {iteration:4d} | step {global_step:>10,} | {sps:>9,.0f} steps/s | "
                   f"return {mean_text} (last {len(recent)}) | {elapsed:6.1f}s")
         if cfg.target_return is not None and len(recent) == WINDOW and mean >= cfg.target_return:
-            return Result("target", global_step, iteration, time.perf_counter() - start, mean)
+            return Result("target", len(self.actors.actors) - self.actors.live, global_step, iteration,
+                          time.perf_counter() - start, mean)
         if global_step >= cfg.total_steps:
-            return Result("budget", global_step, iteration, time.perf_counter() - start, mean)
+            return Result("budget", len(self.actors.actors) - self.actors.live, global_step, iteration,
+                          time.perf_counter() - start, mean)
         return None

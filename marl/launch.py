@@ -23,6 +23,7 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Callable, NoReturn
 
 import torch
@@ -32,6 +33,7 @@ import torch.multiprocessing as mp
 
 from envs import EnvInfo
 from marl.config import Config, UsageError
+from marl.coordinator import AllActorsLost
 from marl.learner import NonFiniteError
 
 _PR_SET_PDEATHSIG = 1
@@ -122,6 +124,7 @@ class RunControl:
 
     clock: StartupClock
     stop: StopSignals
+    peers_lost: bool = False  # set by the coordinator when it drops a process that failed
 
 
 def process_start_time() -> float | None:
@@ -176,23 +179,38 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
         control.clock.mark("processes_and_rendezvous")
     if on_ready is not None:
         on_ready()
-    graceful = False
+    store = _control_store(init_methods, world)
+    leave = _ABORT
     try:
         if rank == 0:
             code = (rank0_main or _coordinate)(cfg, info, learner_group, device, control)
-        elif is_learner:
-            from marl.learner import Learner, follow
-            follow(Learner(cfg, info, learner_group, device))
-            code = 0
+            # A graceful RPC shutdown is a barrier of every process: it hangs if one died.
+            leave = _GRACEFUL if code == 0 and not control.peers_lost else _ABORT
         else:
-            code = 0  # an actor only serves the coordinator's RPCs, until the collective shutdown below
-        graceful = True
+            if is_learner:
+                from marl.learner import Learner, follow
+                follow(Learner(cfg, info, learner_group, device))
+            # An actor serves the coordinator's RPCs from its RPC threads until rank 0 says how to leave.
+            store.wait([_DONE_KEY], timedelta(days=365))
+            leave = store.get(_DONE_KEY)
+            code = 0
         return code
     finally:
-        # A graceful shutdown waits for every peer and hangs if one died: only on success.
-        rpc.shutdown(graceful=graceful)
-        if graceful:
+        if rank == 0:
+            store.set(_DONE_KEY, leave)
+        rpc.shutdown(graceful=leave == _GRACEFUL)
+        if leave == _GRACEFUL:
             dist.destroy_process_group()
+
+
+_DONE_KEY, _GRACEFUL, _ABORT = "marl/leave", b"graceful", b"abort"
+
+
+def _control_store(init_methods: tuple[str, str], world: int) -> dist.Store:
+    """The store through which rank 0 tells every other rank that the run is over, and how to leave."""
+    if init_methods[0].startswith("file://"):
+        return dist.FileStore(str(Path(init_methods[0][len("file://"):]).parent / "control"), world)
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)  # torchrun's
 
 
 def _pin_for_async(rank: int, learners: int) -> None:
@@ -215,6 +233,7 @@ def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device,
     logger = RunLogger(cfg, info.agent_ids)
     try:
         result = Coordinator(cfg, info, learners, logger, control.clock, control.stop.check).run()
+        control.peers_lost = result.lost_actors > 0
         learners.stop()
     finally:
         logger.close()
@@ -226,6 +245,8 @@ def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device,
         mean = "n/a" if result.mean_return is None else f"{result.mean_return:.1f}"
         logger.print(f"step budget of {cfg.total_steps:,} reached at step {result.global_step:,} in {result.seconds:.1f}s "
                      f"without reaching the target (mean return of the last 100 episodes: {mean})")
+    if result.lost_actors:
+        logger.print(f"ran degraded: {result.lost_actors} of {cfg.actors} actors failed during the run (see above)")
     logger.print(f"logs: tensorboard --logdir {cfg.logdir}   (run {cfg.run_name})")
     return 0
 
@@ -299,6 +320,9 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
     except NonFiniteError as e:
         print(f"marl: error: {e}. Stopping; lower --learning-rate or check the env's rewards and observations.",
               file=sys.stderr)
+        code = 1
+    except AllActorsLost as e:
+        print(f"marl: error: {e}", file=sys.stderr)
         code = 1
     except Exception:
         traceback.print_exc()

@@ -22,3 +22,15 @@ class NanRewardEnv(gym.Env):
 
 
 gym.register(id="NanReward-v0", entry_point=NanRewardEnv)
+
+
+class CrashingEnv(NanRewardEnv):
+    """Raises from inside step(), as a buggy env would; its message must reach the user."""
+
+    def step(self, action):
+        if self.t >= 30:
+            raise RuntimeError("boom: the env broke at step 30")
+        return super().step(action)
+
+
+gym.register(id="Crash-v0", entry_point=CrashingEnv)

@@ -208,3 +208,30 @@ def test_a_signal_ends_every_process_and_flushes_the_logs(train, sig, code):
     assert proc.returncode == code, err[-2000:]
     assert "Traceback" not in err
     assert len(read_scalars(train.logdir / "sig")["charts/SPS"]) >= 5  # flushed up to the signal
+
+
+def test_an_actor_killed_mid_run_is_dropped_and_the_run_finishes(train):
+    proc = train.start("--actors", "3", "--total-steps", "120000", "--target-return", "1e9", "--run-name", "kill")
+    try:
+        read_until(proc, "iter    5 ")
+        victim = next(pid for pid in train.survivors() if comms([pid]) == {"marl-actor1"})
+        os.kill(victim, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "actor 1 failed and is dropped (2 of 3 left)" in out
+    assert "step budget of 120,000 reached" in out and "ran degraded: 1 of 3 actors" in out
+    live = [v for _, v in read_scalars(train.logdir / "kill")["perf/live_actors"]]
+    assert live[0] == 3 and live[-1] == 2
+    assert not train.survivors()
+
+
+def test_an_env_that_raises_reports_its_error_and_exits_nonzero(train):
+    r = train("--env", "tests.nan_env:Crash-v0", "--agents", "2", "--run-name", "crash")
+    assert r.returncode == 1
+    # The actor's own stderr shows the env's traceback (torch's RPC prints it there); marl's lines
+    # name each actor and the env's error.
+    assert "marl: actor 0 failed and is dropped (1 of 2 left): RuntimeError('boom: the env broke at step 30')" in r.stdout
+    assert "marl: error: all 2 actors failed; the last one: RuntimeError('boom: the env broke at step 30')" in r.stderr
+    assert not train.survivors()
