@@ -7,6 +7,20 @@ import os
 import sys
 
 
+def check_logdir(logdir: str) -> None:
+    """The run directory must be creatable before any process starts."""
+    from pathlib import Path
+
+    from marl.config import UsageError
+
+    try:
+        Path(logdir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--logdir {logdir} cannot be created ({e.strerror}); pass a writable directory") from None
+    if not os.access(logdir, os.W_OK):
+        raise UsageError(f"--logdir {logdir} is not writable; pass a writable directory")
+
+
 def main(argv: list[str] | None = None) -> int:
     from marl.config import UsageError, parse_args, validate
 
@@ -16,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
 
         from envs.registry import EnvError, describe
 
+        if "TORCHELASTIC_RUN_ID" in os.environ and cfg.learners == 0:
+            # Each process would count its own node's GPUs, and nodes that differ would disagree.
+            raise UsageError("under torchrun, give --learners explicitly (every process must agree on the layout)")
         try:
             cfg = validate(cfg, gpus=torch.cuda.device_count())
             info = describe(cfg.env, cfg.agents)
@@ -23,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(str(e)) from None
         if cfg.target_return is None and info.reward_threshold is not None:
             cfg = dataclasses.replace(cfg, target_return=float(info.reward_threshold))
+        check_logdir(cfg.logdir)
         from marl.launch import launch
 
         return launch(cfg, info)

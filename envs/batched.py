@@ -39,19 +39,19 @@ class GymAgentsBatch:
             self._low = self._high = None
             self._dtype = np.int64
 
-    def reset(self, seed: int) -> np.ndarray:
+    def reset(self, seed: int | None) -> np.ndarray:
         obs, _ = self.vec.reset(seed=seed)
-        return obs.reshape(self.copies, self.agents, *obs.shape[1:])
+        return obs.reshape(self.copies, self.agents, -1)  # flat observations (EnvInfo.obs_shape)
 
     def step(self, actions: np.ndarray):
-        """actions [copies, agents, ...] -> obs, rewards, terminated, truncated, each [copies, agents, ...]."""
-        a = actions.reshape(self.copies * self.agents, *actions.shape[2:])
+        """actions [copies, agents, ...] -> obs [copies, agents, flat obs], rewards, terminated, truncated [copies, agents]."""
+        a = actions.reshape(self.copies * self.agents, *self.vec.single_action_space.shape)
         if self._low is not None:
             # The policy's Gaussian is unbounded; the env's box is not.
             a = np.clip(a, self._low, self._high)
         obs, rew, term, trunc, _ = self.vec.step(a.astype(self._dtype, copy=False))
         shape = (self.copies, self.agents)
-        return (obs.reshape(*shape, *obs.shape[1:]), rew.reshape(shape).astype(np.float32, copy=False),
+        return (obs.reshape(*shape, -1), rew.reshape(shape).astype(np.float32, copy=False),
                 term.reshape(shape), trunc.reshape(shape))
 
     def close(self):

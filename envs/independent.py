@@ -8,8 +8,6 @@ but it is the reference semantics, and what users' code and PettingZoo's tests s
 
 from __future__ import annotations
 
-import functools
-
 import gymnasium as gym
 import numpy as np
 
@@ -38,11 +36,9 @@ class IndependentAgents:
     def max_num_agents(self) -> int:
         return len(self.possible_agents)
 
-    @functools.lru_cache(maxsize=None)
     def observation_space(self, agent: str) -> gym.Space:
-        return self._envs[agent].observation_space
+        return self._envs[agent].observation_space  # the same object every call, as PettingZoo requires
 
-    @functools.lru_cache(maxsize=None)
     def action_space(self, agent: str) -> gym.Space:
         return self._envs[agent].action_space
 

@@ -57,6 +57,8 @@ def describe(env_id: str, agents: int) -> EnvInfo:
     name = resolve(env_id)
     try:
         env = gym.make(name)
+    except gym.error.DependencyNotInstalled as e:
+        raise EnvError(f"env id {env_id!r} needs a package that is not installed: {e}") from None
     except gym.error.Error as e:
         raise EnvError(f"unknown env id {env_id!r}{_close_ids(env_id)}; use a registered Gymnasium id or module:EnvId ({type(e).__name__})") from None
     try:
@@ -71,11 +73,13 @@ def describe(env_id: str, agents: int) -> EnvInfo:
             raise EnvError(f"{env_id}: Discrete action space with start={act_space.start} is not supported (start must be 0)")
         kind, shape, n = "discrete", (), int(act_space.n)
     elif isinstance(act_space, gym.spaces.Box):
-        kind, shape, n = "box", tuple(act_space.shape), int(np.prod(act_space.shape))
+        n = int(np.prod(act_space.shape))
+        kind, shape = "box", (n,)  # flat: the batched env reshapes to the env's own shape
     else:
         raise EnvError(f"{env_id}: action space {act_space} is not supported; use an env with Discrete or Box actions")
     return EnvInfo(env_id=env_id, agent_ids=tuple(f"agent_{i}" for i in range(agents)),
-                   obs_shape=tuple(obs_space.shape), action_kind=kind, action_shape=shape,
+                   obs_shape=(int(np.prod(obs_space.shape)),),  # flat: the batched env flattens
+                   action_kind=kind, action_shape=shape,
                    num_actions=n, reward_threshold=threshold)
 
 

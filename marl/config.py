@@ -48,7 +48,7 @@ class Config:
     # 120k agent-steps (README, "Measured"): a higher learning rate than CleanRL's, annealed over
     # the 500k budget, and no value clipping (returns reach ~100, which a 0.2 clip only slows down).
     learning_rate: float = _f(5e-3, "Adam learning rate")
-    anneal_lr: bool = _f(True, "anneal the learning rate linearly to 0 over the step budget")
+    anneal_lr: bool = _f(True, "anneal the learning rate linearly over the step budget, down to 0.1% of it")
     gamma: float = _f(0.99, "discount factor")
     gae_lambda: float = _f(0.95, "GAE lambda")
     num_minibatches: int = _f(4, "minibatches per epoch (over all learner ranks together)")
@@ -180,6 +180,12 @@ def validate(cfg: Config, *, gpus: int) -> Config:
     `gpus` is the number of visible CUDA devices (0 on CPU). Env-dependent checks (id, spaces,
     reward threshold) happen in `envs.registry.describe`, called by `train.py` right after this.
     """
+    for f in dataclasses.fields(cfg):  # the CLI checks choices, a TOML file does not
+        choices, value = f.metadata.get("choices"), getattr(cfg, f.name)
+        if choices and value not in choices:
+            raise UsageError(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, got {value!r}{_suggest(str(value), choices)}")
+    if cfg.seed < 0:
+        raise UsageError(f"--seed must be at least 0 (Gymnasium's seeds are unsigned), got {cfg.seed}")
     for name in ("agents", "actors", "envs_per_actor", "num_steps", "episodes_per_request",
                  "total_steps", "num_minibatches", "update_epochs"):
         v = getattr(cfg, name)
@@ -208,12 +214,19 @@ def validate(cfg: Config, *, gpus: int) -> Config:
         raise UsageError(f"--target-kl must be greater than 0, got {cfg.target_kl}")
     if not cfg.hidden_sizes or min(cfg.hidden_sizes) < 1:
         raise UsageError(f"--hidden-sizes must be positive widths like 64,64, got {cfg.hidden_sizes}")
+    slots = cfg.envs_per_actor * cfg.agents * cfg.actors
     if cfg.rollout == "steps":
-        batch = cfg.num_steps * cfg.envs_per_actor * cfg.agents * cfg.actors
+        batch = cfg.num_steps * slots
         if batch % (learners * cfg.num_minibatches):
             raise UsageError(
                 f"the batch of {batch} agent-steps (num-steps x envs-per-actor x agents x actors) does not split into "
                 f"{cfg.num_minibatches} minibatches on {learners} learner(s); change --num-steps or --num-minibatches")
+    else:
+        batch = cfg.episodes_per_request * slots  # at least one step per episode
+    # Autoreset steps are masked out of a batch: leave room for them, or a minibatch can come out empty.
+    if batch < 2 * learners * cfg.num_minibatches:
+        raise UsageError(f"a batch of at most {batch} agent-steps is too small for {cfg.num_minibatches} minibatches on "
+                         f"{learners} learner(s); raise --num-steps or lower --num-minibatches")
     run_name = cfg.run_name or f"{cfg.env.replace(':', '_').replace('/', '_')}__{cfg.seed}__{int(time.time())}"
     if "/" in run_name or run_name in (".", ".."):
         raise UsageError(f"--run-name must be a plain directory name, got {run_name!r}")

@@ -1,4 +1,4 @@
-"""Coordinator: the synchronous PPO loop (collect -> learn -> publish), run in learner rank 0.
+"""Coordinator: the PPO loop (collect -> learn -> publish, in turn or overlapped), run in learner rank 0.
 
 It is the only code that talks to actors. Each iteration it asks every actor for a rollout at
 once (`rpc_async`), gathers them with the RPC timeout, computes advantages, hands the batch to
@@ -127,6 +127,7 @@ class RolloutStream:
         n = len(pool.actors)
         self.waiting, self.in_flight = [0] * n, [False] * n
         self.stopping = False
+        self.failed: set[int] = set()
         self.pending: dict[int, torch.futures.Future] = {}
         with self.lock:
             for i in range(n):
@@ -149,8 +150,10 @@ class RolloutStream:
             future.value()
             ok = True
         except Exception:
-            ok = False  # next() raises it; a failed actor is not asked again
+            ok = False  # next() reports it; a failed actor is not asked again
         with self.lock:
+            if not ok:
+                self.failed.add(i)
             self.in_flight[i] = False
             self.waiting[i] += 1
             self.arrived.put((i, future))
@@ -169,7 +172,7 @@ class RolloutStream:
                 self.pool.lose(i, e)
                 continue
             with self.lock:
-                if not self.in_flight[i] and not self.stopping:
+                if not self.in_flight[i] and not self.stopping and i not in self.failed:
                     self._request(i)
             return traj
 

@@ -280,14 +280,18 @@ def _under_torchrun() -> bool:
 
 def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> int:
     """Run the whole job; returns the exit code for this process. See `run_rank` for `rank0_main`."""
-    control = RunControl(StartupClock(process_start_time(), time.time()), StopSignals())
+    clock = StartupClock(process_start_time(), time.time())
     world = cfg.learners + cfg.actors
     if _under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != world:
             raise UsageError(f"torchrun started {os.environ['WORLD_SIZE']} processes but --learners {cfg.learners} + "
                              f"--actors {cfg.actors} = {world}; make --nproc-per-node x --nnodes equal {world}")
+        rank = int(os.environ["RANK"])
+        # Only rank 0 stops at an iteration boundary; the others keep the default signal actions,
+        # so that torchrun's SIGTERM ends them even while they block in C++.
+        control = RunControl(clock, StopSignals()) if rank == 0 else None
         # Both rendezvous go through torchrun's agent store.
-        return run_rank(int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]), cfg, info, ("env://", "env://"),
+        return run_rank(rank, world, int(os.environ["LOCAL_RANK"]), cfg, info, ("env://", "env://"),
                         rank0_main=rank0_main, control=control)
 
     # Gloo and TensorPipe otherwise pick an address from the hostname, which may not be loopback.
@@ -296,6 +300,7 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
     # File stores in a directory only this user can read: torch's TCPStore listens on every
     # interface whatever host it is given, and all the processes are on this machine anyway.
     # A fresh directory per run also means no port to pick and no race for one.
+    control = RunControl(clock, StopSignals())
     rdzv = tempfile.mkdtemp(prefix="marl-rendezvous-")
     init_methods = (f"file://{rdzv}/c10d", f"file://{rdzv}/rpc")
     ctx = mp.get_context(_start_method())
@@ -329,6 +334,7 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
         print("marl: the run failed (traceback above); stopping every process", file=sys.stderr)
         code = 1
     finally:
+        started.set()  # the start-up watchdog must not take the children's ending for a failure
         _end_children(children, wait=10.0 if code == 0 else 0.0)
         shutil.rmtree(rdzv, ignore_errors=True)
     return code

@@ -38,10 +38,8 @@ def parallelize(model: ActorCritic, mesh: DeviceMesh | None, precision: str, min
     """Optionally checkpoint each block's activations, then shard each block big enough to be worth
     it, then the root (which takes every other parameter): TorchTitan's order, AC before FSDP.
     With no mesh, only the activation checkpointing is applied."""
-    # Imported here: torch.distributed.tensor's import alone is 0.6 s of start-up, and a single
-    # fp32 learner rank never needs it.
+    # Imported here, not at the top: a single fp32 learner rank needs neither.
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     if activation_checkpointing:
         # Recompute each block's activations in backward instead of keeping them from forward.
@@ -50,6 +48,7 @@ def parallelize(model: ActorCritic, mesh: DeviceMesh | None, precision: str, min
                 mlp.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
     if mesh is None:
         return model
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     if precision == "bf16":
         # Sharded master weights stay fp32 and gradients reduce in fp32; only compute is bf16.
         # Blocks hand bf16 on to the next layer; the root returns fp32 for the loss.

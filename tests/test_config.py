@@ -36,6 +36,9 @@ def test_validate_fills_machine_dependent_defaults():
     (["--num-minibatches", "7"], "does not split into 7 minibatches"),
     (["--precision", "fp8"], "invalid choice"),
     (["--bogus"], "unrecognized arguments"),
+    (["--seed", "-1"], "--seed must be at least 0"),
+    (["--num-steps", "1", "--num-minibatches", "64"], "too small for 64 minibatches"),
+    (["--rollout", "episodes", "--num-minibatches", "1000"], "too small for 1000 minibatches"),
 ])
 def test_bad_values_are_one_line_usage_errors(argv, message):
     with pytest.raises(UsageError, match=message) as err:
@@ -68,3 +71,10 @@ def test_shipped_configs_parse_and_validate():
     assert files
     for f in files:
         validate(parse_args(["--config", str(f)]), gpus=0)
+
+
+def test_choices_set_in_a_toml_file_are_checked_too(tmp_path):
+    path = tmp_path / "typo.toml"
+    path.write_text('mode = "asynk"\n')
+    with pytest.raises(UsageError, match="--mode must be one of sync, async, got 'asynk' \\(did you mean 'async'\\?\\)"):
+        validate(parse_args(["--config", str(path)]), gpus=0)

@@ -74,3 +74,28 @@ def test_module_colon_id_imports_the_module_and_works_in_both_forms():
     assert describe(env_id, agents=2).obs_shape == (4,)
     assert make_batched(env_id, agents=2, copies=2).reset(seed=0).shape == (2, 2, 4)
     assert set(make_env(env_id, agents=2).reset(seed=0)[0]) == {"agent_0", "agent_1"}
+
+
+def test_multi_dimensional_spaces_are_flattened_at_the_edge():
+    # CarRacing-style image observations are out of reach without box2d; a 2-D Box obs is not.
+    import gymnasium as gym
+
+    class Grid(gym.Env):
+        observation_space = gym.spaces.Box(0, 1, (2, 3), np.float32)
+        action_space = gym.spaces.Box(-1, 1, (2, 2), np.float32)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return np.zeros((2, 3), np.float32), {}
+
+        def step(self, action):
+            assert action.shape == (2, 2)
+            return np.ones((2, 3), np.float32), 0.0, False, False, {}
+
+    gym.register(id="TestGrid-v0", entry_point=Grid)
+    info = describe("TestGrid-v0", agents=2)
+    assert info.obs_shape == (6,) and info.action_shape == (4,)
+    env = make_batched("TestGrid-v0", agents=2, copies=1)
+    assert env.reset(seed=0).shape == (1, 2, 6)
+    obs, *_ = env.step(np.zeros((1, 2, 4), np.float32))
+    assert obs.shape == (1, 2, 6)
