@@ -184,7 +184,7 @@ def report(args, cfg: Config, device: torch.device, backend: str, world: int, r:
           f"torch {torch.__version__}", flush=True)
     print(f"policy: actor and critic MLPs {'x'.join(map(str, cfg.hidden_sizes))} on {cfg.env}, "
           f"{r['params']:,} parameters ({r['weight_bytes'] / 2**20:,.1f} MiB fp32)"
-          f"{', activation checkpointing' if getattr(cfg, 'activation_checkpointing', False) else ''}")
+          f"{', activation checkpointing' if cfg.activation_checkpointing else ''}")
     print(f"update: {used:,} samples ({args.batch:,} asked), {cfg.update_epochs} epochs x {cfg.num_minibatches} minibatches "
           f"= {steps} optimizer steps of {used // cfg.num_minibatches:,} samples; {args.warmup} warm-up + {n} timed updates")
     print(f"learner: {epoch_samples_s:>14,.0f} samples x epochs/s   ({samples_s:,.0f} samples/s, "

@@ -33,6 +33,13 @@ class EnvInfo:
     def obs_dim(self) -> int:
         return int(np.prod(self.obs_shape))
 
+    @property
+    def action_dtype(self):
+        """The torch dtype actions travel in: indices for Discrete, floats for Box."""
+        import torch
+
+        return torch.int64 if self.action_kind == "discrete" else torch.float32
+
 
 def _close_ids(env_id: str) -> str:
     name = env_id.split(":")[-1]

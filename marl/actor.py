@@ -46,10 +46,9 @@ class RolloutWorker:
             return
         cap = max(steps, 2 * self._capacity)
         lead = (cap, self.copies, self.agents)
-        action_dtype = torch.int64 if self.info.action_kind == "discrete" else torch.float32
         specs = {
             "obs": ((*lead, *self.info.obs_shape), torch.float32),
-            "actions": ((*lead, *self.info.action_shape), action_dtype),
+            "actions": ((*lead, *self.info.action_shape), self.info.action_dtype),
             "logprobs": (lead, torch.float32), "values": (lead, torch.float32),
             "rewards": (lead, torch.float32), "terminated": (lead, torch.bool),
             "truncated": (lead, torch.bool), "valid": (lead, torch.bool),

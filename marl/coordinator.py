@@ -22,12 +22,12 @@ from envs import EnvInfo
 from marl.actor import RolloutWorker
 from marl.algorithms import gae
 from marl.config import Config
-from marl.learner import LearnerGroup, NonFiniteError
+from marl.learner import Learner, LearnerGroup, NonFiniteError
 from marl.logging import RunLogger
 from marl.trajectory import Trajectory, flatten_valid
 
 if TYPE_CHECKING:
-    from marl.launch import StartupClock
+    from marl.launch import RunControl, StartupClock
 
 WINDOW = 100  # episodes in the "mean return" that decides when a run is solved (Gymnasium's convention)
 
@@ -289,3 +289,27 @@ class Coordinator:
             return Result("budget", len(self.actors.actors) - self.actors.live, global_step, iteration,
                           time.perf_counter() - start, mean)
         return None
+
+
+def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, control: RunControl) -> int:
+    """Rank 0's part of a training run: build the learner's driver and the logger, train, report."""
+    learners = LearnerGroup(Learner(cfg, info, learner_group, device))
+    logger = RunLogger(cfg, info.agent_ids)
+    try:
+        result = Coordinator(cfg, info, learners, logger, control.clock, control.stop.check).run()
+        control.peers_lost = result.lost_actors > 0
+        learners.stop()
+    finally:
+        logger.close()
+    if result.reason == "target":
+        logger.print(f"solved: mean return {result.mean_return:.1f} over the last 100 episodes reached "
+                     f"{cfg.target_return:g} at step {result.global_step:,} (iteration {result.iterations}) "
+                     f"in {result.seconds:.1f}s, {result.global_step / result.seconds:,.0f} steps/s")
+    else:
+        mean = "n/a" if result.mean_return is None else f"{result.mean_return:.1f}"
+        logger.print(f"step budget of {cfg.total_steps:,} reached at step {result.global_step:,} in {result.seconds:.1f}s "
+                     f"without reaching the target (mean return of the last 100 episodes: {mean})")
+    if result.lost_actors:
+        logger.print(f"ran degraded: {result.lost_actors} of {cfg.actors} actors failed during the run (see above)")
+    logger.print(f"logs: tensorboard --logdir {cfg.logdir}   (run {cfg.run_name})")
+    return 0

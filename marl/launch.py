@@ -183,7 +183,9 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
     leave = _ABORT
     try:
         if rank == 0:
-            code = (rank0_main or _coordinate)(cfg, info, learner_group, device, control)
+            if rank0_main is None:
+                from marl.coordinator import main as rank0_main
+            code = rank0_main(cfg, info, learner_group, device, control)
             # A graceful RPC shutdown is a barrier of every process: it hangs if one died.
             leave = _GRACEFUL if code == 0 and not control.peers_lost else _ABORT
         else:
@@ -222,33 +224,6 @@ def _pin_for_async(rank: int, learners: int) -> None:
     if len(cores) <= learners:
         return  # no core to spare: leave it to the scheduler
     os.sched_setaffinity(0, {cores[rank]} if rank < learners else set(cores[learners:]))
-
-
-def _coordinate(cfg: Config, info: EnvInfo, learner_group, device: torch.device, control: RunControl) -> int:
-    from marl.coordinator import Coordinator
-    from marl.learner import Learner, LearnerGroup
-    from marl.logging import RunLogger
-
-    learners = LearnerGroup(Learner(cfg, info, learner_group, device))
-    logger = RunLogger(cfg, info.agent_ids)
-    try:
-        result = Coordinator(cfg, info, learners, logger, control.clock, control.stop.check).run()
-        control.peers_lost = result.lost_actors > 0
-        learners.stop()
-    finally:
-        logger.close()
-    if result.reason == "target":
-        logger.print(f"solved: mean return {result.mean_return:.1f} over the last 100 episodes reached "
-                     f"{cfg.target_return:g} at step {result.global_step:,} (iteration {result.iterations}) "
-                     f"in {result.seconds:.1f}s, {result.global_step / result.seconds:,.0f} steps/s")
-    else:
-        mean = "n/a" if result.mean_return is None else f"{result.mean_return:.1f}"
-        logger.print(f"step budget of {cfg.total_steps:,} reached at step {result.global_step:,} in {result.seconds:.1f}s "
-                     f"without reaching the target (mean return of the last 100 episodes: {mean})")
-    if result.lost_actors:
-        logger.print(f"ran degraded: {result.lost_actors} of {cfg.actors} actors failed during the run (see above)")
-    logger.print(f"logs: tensorboard --logdir {cfg.logdir}   (run {cfg.run_name})")
-    return 0
 
 
 def _child(rank: int, world: int, cfg: Config, info: EnvInfo, init_methods: tuple[str, str]) -> None:

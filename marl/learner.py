@@ -65,9 +65,8 @@ def parallelize(model: ActorCritic, mesh: DeviceMesh | None, precision: str, min
 
 def sample_fields(info: EnvInfo) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """Per-sample shape and dtype of each field of a training batch."""
-    action_dtype = torch.int64 if info.action_kind == "discrete" else torch.float32
     scalar = ((), torch.float32)
-    return {"obs": (info.obs_shape, torch.float32), "actions": (info.action_shape, action_dtype),
+    return {"obs": (info.obs_shape, torch.float32), "actions": (info.action_shape, info.action_dtype),
             "logprobs": scalar, "values": scalar, "advantages": scalar, "returns": scalar}
 
 
@@ -146,10 +145,10 @@ class Learner:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        # With one CPU rank (bf16) there is nothing to gather or offload, and the result aliases the
-        # live parameter shards, just as the unsharded state dict above would without its copy.
-        live = {p.to_local().untyped_storage().data_ptr() for p in self.model.parameters()}
-        return {k: v.clone() if v.untyped_storage().data_ptr() in live else v for k, v in sd.items()}
+        if self.world == 1 and self.device.type == "cpu":
+            # Nothing to gather or offload: the result aliases the live parameters, as above.
+            sd = {k: v.clone() for k, v in sd.items()}
+        return sd
 
 
 class LearnerGroup:
