@@ -7,18 +7,26 @@ import os
 import sys
 
 
-def check_logdir(logdir: str) -> None:
-    """The run directory must be creatable before any process starts."""
-    from pathlib import Path
+def check_run_dir(cfg) -> None:
+    """Before any process starts: the log directory must be writable, and an earlier run of the same
+    name is never written over unless --overwrite says so."""
+    import shutil
 
     from marl.config import UsageError
 
     try:
-        Path(logdir).mkdir(parents=True, exist_ok=True)
+        os.makedirs(cfg.logdir, exist_ok=True)
     except OSError as e:
-        raise UsageError(f"--logdir {logdir} cannot be created ({e.strerror}); pass a writable directory") from None
-    if not os.access(logdir, os.W_OK):
-        raise UsageError(f"--logdir {logdir} is not writable; pass a writable directory")
+        raise UsageError(f"--logdir {cfg.logdir} cannot be created ({e.strerror}); pass a writable directory") from None
+    if not os.access(cfg.logdir, os.W_OK):
+        raise UsageError(f"--logdir {cfg.logdir} is not writable; pass a writable directory")
+    if os.environ.get("RANK", "0") != "0":
+        return  # under torchrun rank 0 checks (and creates) the run directory; the others would race it
+    if cfg.run_dir.exists():
+        if not cfg.overwrite:
+            raise UsageError(f"run directory {cfg.run_dir} already exists; choose another --run-name, "
+                             f"or pass --overwrite to replace it")
+        shutil.rmtree(cfg.run_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(str(e)) from None
         if cfg.target_return is None and info.reward_threshold is not None:
             cfg = dataclasses.replace(cfg, target_return=float(info.reward_threshold))
-        check_logdir(cfg.logdir)
+        check_run_dir(cfg)
         from marl.launch import launch
 
         return launch(cfg, info)

@@ -67,6 +67,7 @@ class Config:
     seed: int = _f(1, "random seed (environments, sampling, initial weights)")
     logdir: str = _f("runs", "TensorBoard root directory")
     run_name: str = _f("", "run directory name under logdir; default: <env>__<seed>__<unix time>")
+    overwrite: bool = _f(False, "replace an existing run directory of the same name (otherwise the run refuses to start)")
     rpc_timeout: float = _f(60.0, "seconds before an RPC to an actor is declared failed")
 
     @property

@@ -235,3 +235,17 @@ def test_an_env_that_raises_reports_its_error_and_exits_nonzero(train):
     assert "marl: actor 0 failed and is dropped (1 of 2 left): RuntimeError('boom: the env broke at step 30')" in r.stdout
     assert "marl: error: all 2 actors failed; the last one: RuntimeError('boom: the env broke at step 30')" in r.stderr
     assert not train.survivors()
+
+
+def test_an_existing_run_name_is_refused_unless_overwrite(train):
+    (train.logdir / "taken").mkdir(parents=True)
+    (train.logdir / "taken" / "keep.txt").write_text("an earlier run")
+    r = train("--run-name", "taken", "--total-steps", "2000")
+    assert r.returncode == 2
+    assert r.stderr.strip().endswith("or pass --overwrite to replace it") and "\n" not in r.stderr.strip()
+    assert (train.logdir / "taken" / "keep.txt").exists()  # nothing overwritten
+    r = train("--run-name", "taken", "--total-steps", "2000", "--overwrite")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not (train.logdir / "taken" / "keep.txt").exists()
+    assert (train.logdir / "taken" / "config.toml").exists()
+    assert not train.survivors()
