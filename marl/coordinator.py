@@ -24,6 +24,7 @@ from marl.algorithms import gae
 from marl.config import Config
 from marl.learner import Learner, LearnerGroup, NonFiniteError
 from marl.logging import RunLogger
+from marl.policy_file import export_policy
 from marl.trajectory import Trajectory, flatten_valid
 
 if TYPE_CHECKING:
@@ -193,6 +194,7 @@ class Coordinator:
         """`check_stop` raises if the run was asked to stop (a signal); it is called between iterations."""
         self.cfg, self.info, self.learners, self.log, self.clock = cfg, info, learners, logger, clock
         self.check_stop = check_stop
+        self.weights: dict[str, torch.Tensor] | None = None
 
     def run(self) -> Result:
         cfg, log = self.cfg, self.log
@@ -200,6 +202,7 @@ class Coordinator:
         start = time.perf_counter()
         actors = self.actors = ActorPool(cfg, self.info, self.log.print)
         weights, version = self.learners.gather(), 0
+        self.weights = weights
         recent: collections.deque[float] = collections.deque(maxlen=WINDOW)
         global_step, iteration = 0, 0
         log.print(f"marl: {cfg.env} x {cfg.agents} agents | {cfg.actors} actors x {cfg.envs_per_actor} env copies | "
@@ -228,6 +231,7 @@ class Coordinator:
                     raise NonFiniteError(f"iteration {iteration} (step {global_step:,}): {e}") from None
                 t2 = time.perf_counter()
                 weights, version = self.learners.gather(), version + 1
+                self.weights = weights  # the last good weights, whatever stops the run later
                 if stream is not None:
                     stream.publish(version, weights)
                 t3 = time.perf_counter()
@@ -295,11 +299,14 @@ def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, contro
     """Rank 0's part of a training run: build the learner's driver and the logger, train, report."""
     learners = LearnerGroup(Learner(cfg, info, learner_group, device))
     logger = RunLogger(cfg, info.agent_ids)
+    coordinator = Coordinator(cfg, info, learners, logger, control.clock, control.stop.check)
     try:
-        result = Coordinator(cfg, info, learners, logger, control.clock, control.stop.check).run()
+        result = coordinator.run()
         control.peers_lost = result.lost_actors > 0
         learners.stop()
     finally:
+        if coordinator.weights is not None:  # also on Ctrl-C or a NaN: the last good policy
+            export_policy(cfg.run_dir / "policy.pt", coordinator.weights, info, cfg)
         logger.close()
     if result.reason == "target":
         logger.print(f"solved: mean return {result.mean_return:.1f} over the last 100 episodes reached "

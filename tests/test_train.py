@@ -249,3 +249,23 @@ def test_an_existing_run_name_is_refused_unless_overwrite(train):
     assert not (train.logdir / "taken" / "keep.txt").exists()
     assert (train.logdir / "taken" / "config.toml").exists()
     assert not train.survivors()
+
+
+def test_the_exported_policy_loads_safely_and_plays(train):
+    import torch
+
+    r = train("--agents", "2", "--total-steps", "30000", "--run-name", "export")
+    assert r.returncode == 0, r.stderr[-2000:]
+    payload = torch.load(train.logdir / "export" / "policy.pt", weights_only=True)
+    assert payload["env"] == "CartPole-v1" and payload["agents"] == 2
+    assert "actor.head.weight" in payload["state_dict"]
+    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "export"), "--episodes", "3"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert e.returncode == 0, e.stderr[-2000:]
+    lines = e.stdout.splitlines()
+    assert lines[0].startswith("agent_0: mean") and lines[1].startswith("agent_1: mean") and "3 episodes" in lines[0]
+    # 30k steps of training: far better than a random CartPole policy (about 22).
+    assert float(lines[-1].split("mean ")[1].split()[0]) > 60
+    bad = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert bad.returncode == 2 and "has no policy.pt" in bad.stderr and "Traceback" not in bad.stderr
