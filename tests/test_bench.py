@@ -19,7 +19,8 @@ from tests.conftest import ROOT, processes_with_token
     (["bench/time_to_solve.py", "--seeds", "1", "--", "--agents", "2", "--total-steps", "3000"], "agent-steps median"),
     (["bench/startup.py", "--runs", "1"], "command -> first rollout"),
     (["bench/learner_memory.py", "--smoke"], "ratio"),
-], ids=["collect", "train", "time_to_solve", "startup", "learner_memory"])
+    (["bench/fault_soak.py", "--minutes", "0.15", "--kill-every", "4", "--actors", "3"], "reported dropped by the coordinator: 2"),
+], ids=["collect", "train", "time_to_solve", "startup", "learner_memory", "fault_soak"])
 def test_bench_runs(cmd, expect, tmp_path):
     token = f"bench-{os.getpid()}-{cmd[0]}"
     env = {**os.environ, "MARL_TEST_TOKEN": token}
