@@ -23,6 +23,7 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from datetime import timedelta
@@ -147,14 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     timeout = timedelta(seconds=args.timeout)
     if under_torchrun:
         dist.init_process_group(backend, init_method="env://", timeout=timeout)
-    else:  # one rank, no torchrun: a private store on a port the OS picks
-        store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, timeout=timeout)
+    else:  # one rank, no torchrun: a private file store, as marl.launch uses (no port opened)
+        store = dist.FileStore(os.path.join(tempfile.mkdtemp(prefix="gpu_learner-"), "store"), 1)
         dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     info = describe(args.env, 1)
     fields = dict(env=args.env, agents=1, learners=world, hidden_sizes=args.hidden, precision=args.precision,
                   num_minibatches=args.minibatches, update_epochs=args.epochs, learning_rate=args.lr, seed=args.seed)
-    if args.activation_checkpointing:  # only named when asked for: a Config without the field still runs the rest
+    if args.activation_checkpointing:
         fields["activation_checkpointing"] = True
     cfg = dataclasses.replace(Config(), **fields)
     learner = Learner(cfg, info, dist.group.WORLD, device)

@@ -117,11 +117,10 @@ def timed_gathers(group: LearnerGroup, n: int) -> tuple[list[float], int]:
     return seconds, nbytes
 
 
-def run_rank(rank: int, world: int, port: int, job: Job) -> dict:
+def run_rank(rank: int, world: int, init_method: str, job: Job) -> dict:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # join the parent's store as a client, as marl.launch does
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
     try:
         cfg = dataclasses.replace(Config(), env=ENV, hidden_sizes=job.hidden, num_minibatches=1, update_epochs=1,
                                   seed=0, activation_checkpointing=job.activation_checkpointing)
@@ -156,10 +155,10 @@ def run_rank(rank: int, world: int, port: int, job: Job) -> dict:
         dist.destroy_process_group()
 
 
-def worker(rank: int, world: int, port: int, job: Job, out: str) -> None:
+def worker(rank: int, world: int, init_method: str, job: Job, out: str) -> None:
     code = 1
     try:
-        Path(out).write_text(json.dumps(run_rank(rank, world, port, job)))
+        Path(out).write_text(json.dumps(run_rank(rank, world, init_method, job)))
         code = 0
     except BaseException:
         traceback.print_exc()
@@ -187,12 +186,11 @@ def wait_all(procs: list, timeout: float) -> bool:
 def run_ranks(world: int, job: Job, timeout: float) -> list[dict]:
     """One run: `world` fresh rank processes doing `job`; each rank's measurements."""
     ctx = multiprocessing.get_context("spawn")
-    # The parent owns the store on a port the OS picks, so no other program can take it between
-    # choosing and binding (the ranks join it as clients).
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     with tempfile.TemporaryDirectory() as tmp:
+        # A file-store rendezvous, as marl.launch's: no port to pick, none opened beyond loopback.
+        init_method = f"file://{tmp}/rendezvous"
         outs = [os.path.join(tmp, f"rank{r}.json") for r in range(world)]
-        procs = [ctx.Process(target=worker, args=(r, world, store.port, job, outs[r]), daemon=True) for r in range(world)]
+        procs = [ctx.Process(target=worker, args=(r, world, init_method, job, outs[r]), daemon=True) for r in range(world)]
         started = []
         try:
             for p in procs:

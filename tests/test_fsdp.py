@@ -29,10 +29,10 @@ def make_batch(n: int = 64) -> dict[str, torch.Tensor]:
             "returns": torch.randn(n, generator=g)}
 
 
-def _worker(rank: int, world: int, port: int, precision: str, out: str, min_block_params: int, ac: bool) -> None:
+def _worker(rank: int, world: int, init_method: str, precision: str, out: str, min_block_params: int, ac: bool) -> None:
     code = 1
     try:
-        _step(rank, world, port, precision, out, min_block_params, ac)
+        _step(rank, world, init_method, precision, out, min_block_params, ac)
         code = 0
     except BaseException:
         traceback.print_exc()
@@ -40,11 +40,10 @@ def _worker(rank: int, world: int, port: int, precision: str, out: str, min_bloc
         exit_now(code)  # as marl's own processes leave
 
 
-def _step(rank: int, world: int, port: int, precision: str, out: str, min_block_params: int, ac: bool) -> None:
+def _step(rank: int, world: int, init_method: str, precision: str, out: str, min_block_params: int, ac: bool) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # join the test's store as a client, as marl.launch does
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
     try:
         cfg = dataclasses.replace(CFG, precision=precision, activation_checkpointing=ac)
         learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"), min_block_params)
@@ -70,9 +69,8 @@ def one_step(world: int, precision: str, tmp_path, min_block_params: int = 0, ac
     """One update on `world` ranks; by default every block is its own FSDP unit (the big-model layout)."""
     out = str(tmp_path / f"w{world}_{precision}_{min_block_params}_{ac}.pt")
     ctx = multiprocessing.get_context("spawn")
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # the OS picks a free port
-    port = store.port
-    procs = [ctx.Process(target=_worker, args=(r, world, port, precision, out, min_block_params, ac)) for r in range(world)]
+    init_method = f"file://{tmp_path}/rendezvous_{world}_{precision}_{min_block_params}_{ac}"  # as marl.launch's
+    procs = [ctx.Process(target=_worker, args=(r, world, init_method, precision, out, min_block_params, ac)) for r in range(world)]
     for p in procs:
         p.start()
     try:
