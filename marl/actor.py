@@ -23,7 +23,6 @@ _MAX_EPISODE_STEPS = 100_000
 
 class RolloutWorker:
     def __init__(self, cfg: Config, info: EnvInfo, index: int):
-        torch.set_num_threads(1)  # actors share the cores with each other and the learner
         self.cfg, self.info, self.index = cfg, info, index
         self.copies, self.agents = cfg.envs_per_actor, cfg.agents
         self.env = make_batched(info.env_id, cfg.agents, cfg.envs_per_actor)

@@ -95,15 +95,20 @@ class ActorPool:
         if not self.live:
             raise AllActorsLost(f"all {len(self.actors)} actors failed; the last one: {why}")
 
+    def request(self, i: int, version: int, weights: dict[str, torch.Tensor]) -> torch.futures.Future:
+        """Ask actor i for a rollout with policy `version`; the weights travel only if it lacks that version.
+        (A request that fails drops the actor, so counting it as holding the version is safe.)"""
+        send = weights if self.held[i] != version else None
+        self.held[i] = version
+        return self.actors[i].rpc_async(timeout=self.cfg.rpc_timeout).collect(version, send)
+
     def collect(self, version: int, weights: dict[str, torch.Tensor]) -> list[Trajectory]:
-        """One rollout from every live actor, all requested at once; weights go only to actors that lack `version`."""
-        futures = {i: a.rpc_async(timeout=self.cfg.rpc_timeout).collect(version, weights if self.held[i] != version else None)
-                   for i, a in enumerate(self.actors) if self.alive[i]}
+        """One rollout from every live actor, all requested at once."""
+        futures = {i: self.request(i, version, weights) for i in range(len(self.actors)) if self.alive[i]}
         trajs = []
         for i, future in futures.items():
             try:
                 trajs.append(future.wait())
-                self.held[i] = version
             except Exception as e:  # noqa: BLE001 - whatever the actor's failure, the run goes on without it
                 self.lose(i, e)
         return trajs
@@ -138,11 +143,8 @@ class RolloutStream:
         self.latest = (version, weights)  # one reference swap: callback threads see old or new, never half
 
     def _request(self, i: int) -> None:  # with self.lock held
-        version, weights = self.latest
-        send = weights if self.pool.held[i] != version else None
-        self.pool.held[i] = version
         self.in_flight[i] = True
-        future = self.pool.actors[i].rpc_async(timeout=self.pool.cfg.rpc_timeout).collect(version, send)
+        future = self.pool.request(i, *self.latest)
         self.pending[i] = future
         future.add_done_callback(lambda f, i=i: self._arrived(i, f))
 
