@@ -5,11 +5,35 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from pathlib import Path
+
+
+def resumed_config(values: dict):
+    """`--resume`: the checkpoint's own config, with the flags given now on top. The run goes on in
+    the checkpoint's run directory."""
+    from marl import checkpoint
+    from marl.config import Config, UsageError, load_toml
+
+    try:
+        ckpt = checkpoint.resolve(values["resume"])
+    except checkpoint.CheckpointError as e:
+        raise UsageError(str(e)) from None
+    run_dir = checkpoint.run_dir_of(ckpt)
+    elsewhere = []
+    if "logdir" in values and Path(values["logdir"]).resolve() != run_dir.parent.resolve():
+        elsewhere.append("--logdir")
+    if "run_name" in values and values["run_name"] != run_dir.name:
+        elsewhere.append("--run-name")
+    if elsewhere or values.get("overwrite"):
+        flags = ", ".join(elsewhere + (["--overwrite"] if values.get("overwrite") else []))
+        raise UsageError(f"--resume continues {run_dir} in place; drop {flags}")
+    base = load_toml(str(ckpt / "config.toml"))
+    return Config(**{**base, **values, "resume": str(ckpt), "run_name": run_dir.name, "logdir": str(run_dir.parent)})
 
 
 def check_run_dir(cfg) -> None:
     """Before any process starts: the log directory must be writable, and an earlier run of the same
-    name is never written over unless --overwrite says so."""
+    name is never written over unless --overwrite says so (or --resume continues it)."""
     import shutil
 
     from marl.config import UsageError
@@ -22,7 +46,7 @@ def check_run_dir(cfg) -> None:
         raise UsageError(f"--logdir {cfg.logdir} is not writable; pass a writable directory")
     if os.environ.get("RANK", "0") != "0":
         return  # under torchrun rank 0 checks (and creates) the run directory; the others would race it
-    if cfg.run_dir.exists():
+    if cfg.run_dir.exists() and not cfg.resume:
         if not cfg.overwrite:
             raise UsageError(f"run directory {cfg.run_dir} already exists; choose another --run-name, "
                              f"or pass --overwrite to replace it")
@@ -30,13 +54,15 @@ def check_run_dir(cfg) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from marl.config import UsageError, parse_args, validate
+    from marl.config import Config, UsageError, parse_values, validate
 
     try:
-        cfg = parse_args(argv)
+        values = parse_values(argv)
+        cfg = resumed_config(values) if values.get("resume") else Config(**values)
         import torch
 
         from envs.registry import EnvError, describe
+        from marl.checkpoint import CheckpointError
 
         if "TORCHELASTIC_RUN_ID" in os.environ and cfg.learners == 0:
             # Each process would count its own node's GPUs, and nodes that differ would disagree.
@@ -44,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cfg = validate(cfg, gpus=torch.cuda.device_count())
             info = describe(cfg.env, cfg.agents)
-        except EnvError as e:
+            if cfg.resume:
+                from marl.checkpoint import check_compatible
+
+                check_compatible(Path(cfg.resume), cfg, info)
+        except (EnvError, CheckpointError) as e:
             raise UsageError(str(e)) from None
         if cfg.target_return is None and info.reward_threshold is not None:
             cfg = dataclasses.replace(cfg, target_return=float(info.reward_threshold))

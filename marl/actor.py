@@ -22,14 +22,16 @@ _MAX_EPISODE_STEPS = 100_000
 
 
 class RolloutWorker:
-    def __init__(self, cfg: Config, info: EnvInfo, index: int):
+    def __init__(self, cfg: Config, info: EnvInfo, index: int, seed_offset: int = 0):
+        """`seed_offset`: a resumed run passes the iteration it resumes at, so that its envs do not
+        replay the episodes the run began with."""
         self.cfg, self.info, self.index = cfg, info, index
         self.copies, self.agents = cfg.envs_per_actor, cfg.agents
         self.env = make_batched(info.env_id, cfg.agents, cfg.envs_per_actor)
         self.policy = build_model(info, cfg.hidden_sizes).eval()
         self.version = -1
         # Each actor's envs and sampling get their own stream, all derived from the run's seed.
-        seed = cfg.seed * 100_003 + 7_919 * (index + 1)
+        seed = cfg.seed * 100_003 + 7_919 * (index + 1) + 1_000_003 * seed_offset
         self.generator = torch.Generator().manual_seed(seed)
         self.obs = torch.from_numpy(self.env.reset(seed=seed)).float()
         shape = (self.copies, self.agents)

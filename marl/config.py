@@ -69,6 +69,9 @@ class Config:
     run_name: str = _f("", "run directory name under logdir; default: <env>__<seed>__<unix time>")
     overwrite: bool = _f(False, "replace an existing run directory of the same name (otherwise the run refuses to start)")
     rpc_timeout: float = _f(60.0, "seconds before an RPC to an actor is declared failed")
+    checkpoint_every: int = _f(25, "write a checkpoint every this many iterations (0: only at the end); one is also written at the end and on Ctrl-C/SIGTERM")
+    keep_checkpoints: int = _f(2, "checkpoints kept per run; older ones are deleted")
+    resume: str = _f("", "continue a run from runs/<run> (its newest checkpoint) or runs/<run>/checkpoints/iter_N; flags given with it override the run's config", saved=False)
 
     @property
     def run_dir(self) -> Path:
@@ -166,13 +169,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv: list[str] | None = None) -> Config:
-    """Config from defaults, then the TOML file, then the flags; not yet validated."""
+def parse_values(argv: list[str] | None = None) -> dict:
+    """The fields the user set: the TOML file's, then the flags' (which win); not yet validated."""
     args = vars(build_parser().parse_args(argv))
     values = load_toml(args.pop("config")) if "config" in args else {}
     for name, raw in args.items():
         values[name] = raw if isinstance(raw, bool) else _convert(name, raw)
-    return Config(**values)
+    return values
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    """Config from defaults, then the TOML file, then the flags; not yet validated."""
+    return Config(**parse_values(argv))
 
 
 def validate(cfg: Config, *, gpus: int) -> Config:
@@ -211,6 +219,10 @@ def validate(cfg: Config, *, gpus: int) -> Config:
         v = getattr(cfg, name)
         if not ok or (isinstance(v, float) and not math.isfinite(v)):
             raise UsageError(f"--{name.replace('_', '-')} must be {want}, got {v}")
+    if cfg.checkpoint_every < 0:
+        raise UsageError(f"--checkpoint-every must be at least 0 (0: only at the end), got {cfg.checkpoint_every}")
+    if cfg.keep_checkpoints < 1:
+        raise UsageError(f"--keep-checkpoints must be at least 1, got {cfg.keep_checkpoints}")
     if cfg.target_kl is not None and cfg.target_kl <= 0:
         raise UsageError(f"--target-kl must be greater than 0, got {cfg.target_kl}")
     if not cfg.hidden_sizes or min(cfg.hidden_sizes) < 1:
@@ -237,9 +249,9 @@ def validate(cfg: Config, *, gpus: int) -> Config:
 def to_toml(cfg: Config) -> str:
     """The resolved config as TOML that `--config` reads back (None fields are left out)."""
     lines = []
-    for name in FIELDS:
+    for name, f in FIELDS.items():
         v = getattr(cfg, name)
-        if v is None:
+        if v is None or not f.metadata.get("saved", True):  # `resume` names this run's past, not its config
             continue
         if isinstance(v, bool):
             text = "true" if v else "false"

@@ -13,12 +13,14 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.distributed.rpc as rpc
 
 from envs import EnvInfo
+from marl import checkpoint
 from marl.actor import RolloutWorker
 from marl.algorithms import gae
 from marl.config import Config
@@ -41,6 +43,7 @@ class Result:
     iterations: int
     seconds: float
     mean_return: float | None
+    steps: int  # taken by this process: fewer than global_step after a resume
 
 
 def build_batch(trajs: list[Trajectory], cfg: Config) -> dict[str, torch.Tensor]:
@@ -75,9 +78,10 @@ class ActorPool:
     holds, and which are still alive. An actor whose request fails (its process died, its env
     raised, or it did not answer within --rpc-timeout) is dropped and the run goes on degraded."""
 
-    def __init__(self, cfg: Config, info: EnvInfo, log: Callable[[str], None] = print):
+    def __init__(self, cfg: Config, info: EnvInfo, log: Callable[[str], None] = print, seed_offset: int = 0):
+        """`seed_offset` gives a resumed run's actors env seeds of their own (the iteration it resumes at)."""
         self.cfg, self.log = cfg, log
-        self.actors = [rpc.remote(f"actor{i}", RolloutWorker, args=(cfg, info, i)) for i in range(cfg.actors)]
+        self.actors = [rpc.remote(f"actor{i}", RolloutWorker, args=(cfg, info, i, seed_offset)) for i in range(cfg.actors)]
         self.held = [-1] * cfg.actors
         self.alive = [True] * cfg.actors
 
@@ -198,52 +202,81 @@ class Coordinator:
         self.check_stop = check_stop
         self.weights: dict[str, torch.Tensor] | None = None
 
-    def run(self) -> Result:
+    def run(self, resume: dict | None = None) -> Result:
+        """Train until the target or the budget; `resume` is a checkpoint's trainer state to continue from."""
         cfg, log = self.cfg, self.log
         self.clock.mark("learner")
         start = time.perf_counter()
-        actors = self.actors = ActorPool(cfg, self.info, self.log.print)
-        weights, version = self.learners.gather(), 0
-        self.weights = weights
-        recent: collections.deque[float] = collections.deque(maxlen=WINDOW)
-        global_step, iteration = 0, 0
+        actors = self.actors = ActorPool(cfg, self.info, self.log.print, seed_offset=resume["iteration"] if resume else 0)
+        weights = self.weights = self.learners.gather()
+        self.recent: collections.deque[float] = collections.deque(maxlen=WINDOW)
+        self.iteration = self.global_step = self.version = self.saved = 0
+        if resume is not None:
+            self.iteration, self.global_step, self.version = resume["iteration"], resume["global_step"], resume["version"]
+            self.recent.extend(resume["recent"].tolist())
+            self.saved = self.iteration
+        self.start_step = self.global_step
+        version = self.version
         log.print(f"marl: {cfg.env} x {cfg.agents} agents | {cfg.actors} actors x {cfg.envs_per_actor} env copies | "
                   f"{cfg.learners} learner(s) | seed {cfg.seed} | logs in {log.run_dir}")
+        if resume is not None:
+            log.print(f"resumed from {cfg.resume}: iteration {self.iteration}, step {self.global_step:,}, "
+                      f"saved by {resume['learners']} learner(s)")
         stream = RolloutStream(actors, version, weights) if cfg.mode == "async" else None
         try:
             while True:
-                self.check_stop()
-                iteration += 1
+                try:
+                    self.check_stop()
+                except BaseException:
+                    self.save()  # Ctrl-C or SIGTERM at an iteration boundary: the final checkpoint
+                    raise
                 t0 = time.perf_counter()
-                if stream is None:
-                    trajs = actors.collect(version, weights)
-                else:
-                    trajs = [stream.next() for _ in range(actors.live)]
+                try:
+                    if stream is None:
+                        trajs = actors.collect(version, weights)
+                    else:
+                        trajs = [stream.next() for _ in range(actors.live)]
+                except AllActorsLost:
+                    self.save()  # the learner is fine; a resume with working actors goes on from here
+                    raise
                 t1 = time.perf_counter()
-                if iteration == 1:
+                if self.global_step == self.start_step:
                     self._startup()
+                self.iteration += 1
                 lag = sum(version - tr.policy_version for tr in trajs) / len(trajs)
                 batch = build_batch(trajs, cfg)
                 steps = sum(tr.steps for tr in trajs)
-                frac = max(1.0 - global_step / cfg.total_steps, 0.0) if cfg.anneal_lr else 1.0
+                frac = max(1.0 - self.global_step / cfg.total_steps, 0.0) if cfg.anneal_lr else 1.0
                 lr = cfg.learning_rate * max(frac, 1e-3)
                 try:
                     metrics, used = self.learners.update(batch, lr)
                 except NonFiniteError as e:
-                    raise NonFiniteError(f"iteration {iteration} (step {global_step:,}): {e}") from None
+                    # No checkpoint: the last one written holds the last good weights.
+                    raise NonFiniteError(f"iteration {self.iteration} (step {self.global_step:,}): {e}") from None
                 t2 = time.perf_counter()
                 weights, version = self.learners.gather(), version + 1
-                self.weights = weights  # the last good weights, whatever stops the run later
+                self.weights, self.version = weights, version  # the last good weights, whatever stops the run later
                 if stream is not None:
                     stream.publish(version, weights)
                 t3 = time.perf_counter()
-                global_step += steps
-                result = self._log(iteration, global_step, start, trajs, batch, metrics, used, lr, lag, recent, (t0, t1, t2, t3))
+                self.global_step += steps
+                result = self._log(start, trajs, batch, metrics, used, lr, lag, (t0, t1, t2, t3))
+                if result is not None or (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0):
+                    self.save()
                 if result is not None:
                     return result
         finally:
             if stream is not None:
                 stream.close()
+
+    def save(self) -> None:
+        """Checkpoint the last finished iteration, unless it is already saved."""
+        if self.iteration == self.saved:
+            return
+        self.learners.save(self.iteration, {
+            "iteration": self.iteration, "global_step": self.global_step, "version": self.version,
+            "recent": torch.tensor(list(self.recent), dtype=torch.float64)})
+        self.saved = self.iteration
 
     def _startup(self) -> None:
         self.clock.mark("actors_and_first_rollout")
@@ -254,16 +287,17 @@ class Coordinator:
         self.log.print(f"start-up: {total:.2f}s from the command to the first rollout ("
                        + " | ".join(f"{k.replace('_', ' ')} {v:.2f}s" for k, v in parts.items()) + ")")
 
-    def _log(self, iteration, global_step, start, trajs, batch, metrics, used, lr, lag, recent, times) -> Result | None:
+    def _log(self, start, trajs, batch, metrics, used, lr, lag, times) -> Result | None:
         """Log one iteration; return the Result if the run should stop."""
-        cfg, log = self.cfg, self.log
+        cfg, log, recent = self.cfg, self.log, self.recent
+        iteration, global_step = self.iteration, self.global_step
         t0, t1, t2, t3 = times
         returns = torch.cat([tr.episode_returns for tr in trajs])
         recent.extend(returns.tolist())
         log.episodes(returns, torch.cat([tr.episode_lengths for tr in trajs]),
                      torch.cat([tr.episode_agents for tr in trajs]), global_step)
         elapsed = t3 - start
-        sps = global_step / elapsed
+        sps = (global_step - self.start_step) / elapsed
         busy = max(tr.collect_seconds for tr in trajs)
         # Sync: the learner waits while actors compute; what it waits beyond that is RPC, transfer
         # and dispatch. Async: actors compute while the learner trains, so every wait is idle.
@@ -289,21 +323,27 @@ class Coordinator:
         log.print(f"iter {iteration:4d} | step {global_step:>10,} | {sps:>9,.0f} steps/s | "
                   f"return {mean_text} (last {len(recent)}) | {elapsed:6.1f}s")
         if cfg.target_return is not None and len(recent) == WINDOW and mean >= cfg.target_return:
-            return Result("target", len(self.actors.actors) - self.actors.live, global_step, iteration,
-                          time.perf_counter() - start, mean)
+            return self._result("target", start, mean)
         if global_step >= cfg.total_steps:
-            return Result("budget", len(self.actors.actors) - self.actors.live, global_step, iteration,
-                          time.perf_counter() - start, mean)
+            return self._result("budget", start, mean)
         return None
+
+    def _result(self, reason: str, start: float, mean: float | None) -> Result:
+        return Result(reason, len(self.actors.actors) - self.actors.live, self.global_step, self.iteration,
+                      time.perf_counter() - start, mean, self.global_step - self.start_step)
 
 
 def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, control: RunControl) -> int:
     """Rank 0's part of a training run: build the learner's driver and the logger, train, report."""
     learners = LearnerGroup(Learner(cfg, info, learner_group, device))
-    logger = RunLogger(cfg, info.agent_ids)
+    resume = checkpoint.read_trainer(Path(cfg.resume)) if cfg.resume else None
+    if resume is not None:
+        learners.restore(resume)
+    # A resumed run drops the events the earlier process logged after its checkpoint: the curve goes on from it.
+    logger = RunLogger(cfg, info.agent_ids, purge_step=resume["global_step"] + 1 if resume else None)
     coordinator = Coordinator(cfg, info, learners, logger, control.clock, control.stop.check)
     try:
-        result = coordinator.run()
+        result = coordinator.run(resume)
         control.peers_lost = result.lost_actors > 0
         learners.stop()
     finally:
@@ -313,7 +353,7 @@ def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, contro
     if result.reason == "target":
         logger.print(f"solved: mean return {result.mean_return:.1f} over the last 100 episodes reached "
                      f"{cfg.target_return:g} at step {result.global_step:,} (iteration {result.iterations}) "
-                     f"in {result.seconds:.1f}s, {result.global_step / result.seconds:,.0f} steps/s")
+                     f"in {result.seconds:.1f}s, {result.steps / result.seconds:,.0f} steps/s")
     else:
         mean = "n/a" if result.mean_return is None else f"{result.mean_return:.1f}"
         logger.print(f"step budget of {cfg.total_steps:,} reached at step {result.global_step:,} in {result.seconds:.1f}s "

@@ -13,12 +13,15 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
+from pathlib import Path
+
 from envs import EnvInfo
+from marl import checkpoint
 from marl.algorithms import ppo_loss
 from marl.config import Config
 from marl.models import ActorCritic, build_model, entropy, log_prob
 
-_STOP, _TRAIN, _GATHER = 0, 1, 2
+_STOP, _TRAIN, _GATHER, _SAVE = 0, 1, 2, 3
 
 
 class NonFiniteError(FloatingPointError):
@@ -94,6 +97,8 @@ class Learner:
         # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
         self.generator = torch.Generator().manual_seed(cfg.seed * 1_000 + self.rank)
+        if cfg.resume:
+            checkpoint.load(self, Path(cfg.resume))  # a collective, like everything a Learner does with the group
 
     def update(self, shard: dict[str, torch.Tensor], lr: float) -> dict[str, float]:
         """PPO epochs over this rank's shard; returns metrics averaged over minibatches and ranks."""
@@ -159,8 +164,8 @@ class LearnerGroup:
         self.fields = sample_fields(learner.info)
         self.generator = torch.Generator().manual_seed(learner.cfg.seed)
 
-    def _header(self, command: int, per_rank: int = 0, lr: float = 0.0) -> None:
-        header = torch.tensor([command, per_rank, lr], dtype=torch.float64, device=self.learner.device)
+    def _header(self, command: int, arg: int = 0, lr: float = 0.0) -> None:
+        header = torch.tensor([command, arg, lr], dtype=torch.float64, device=self.learner.device)
         dist.broadcast(header, group=self.learner.group, group_src=0)
 
     def update(self, batch: dict[str, torch.Tensor], lr: float) -> tuple[dict[str, float], int]:
@@ -188,6 +193,17 @@ class LearnerGroup:
         self._header(_GATHER)
         return self.learner.full_state_dict()
 
+    def save(self, iteration: int, trainer: dict) -> Path:
+        """Checkpoint every rank's shard and rank 0's `trainer` state (see marl.checkpoint)."""
+        self._header(_SAVE, iteration)
+        cfg = self.learner.cfg
+        trainer = {**trainer, "group_rng": self.generator.get_state()}
+        return checkpoint.save(self.learner, cfg.run_dir, iteration, trainer, cfg.keep_checkpoints)
+
+    def restore(self, trainer: dict) -> None:
+        """Rank 0's part of a resume that the Learner's own restore does not cover."""
+        self.generator.set_state(trainer["group_rng"])
+
     def stop(self) -> None:
         self._header(_STOP)
 
@@ -198,12 +214,16 @@ def follow(learner: Learner) -> None:
     header = torch.empty(3, dtype=torch.float64, device=learner.device)
     while True:
         dist.broadcast(header, group=learner.group, group_src=0)
-        command, per_rank, lr = int(header[0]), int(header[1]), float(header[2])
+        command, arg, lr = int(header[0]), int(header[1]), float(header[2])
         if command == _STOP:
             return
         if command == _GATHER:
             learner.full_state_dict()
             continue
+        if command == _SAVE:
+            checkpoint.save(learner, learner.cfg.run_dir, arg, None, learner.cfg.keep_checkpoints)
+            continue
+        per_rank = arg
         shard = {}
         for key, (shape, dtype) in fields.items():
             shard[key] = torch.empty((per_rank, *shape), dtype=dtype, device=learner.device)

@@ -15,11 +15,12 @@ from marl.config import Config, to_toml
 class RunLogger:
     """Writes runs/<run>/ : TensorBoard events (CleanRL's tag names) and config.toml, the resolved config."""
 
-    def __init__(self, cfg: Config, agent_ids: tuple[str, ...], out=sys.stdout):
+    def __init__(self, cfg: Config, agent_ids: tuple[str, ...], out=sys.stdout, purge_step: int | None = None):
+        """`purge_step`: on resume, events at this step or later are dropped from the existing files."""
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.toml").write_text(to_toml(cfg))
-        self.writer = SummaryWriter(str(self.run_dir))
+        self.writer = SummaryWriter(str(self.run_dir), purge_step=purge_step)
         rows = "\n".join(f"|{f.name}|{getattr(cfg, f.name)}|" for f in dataclasses.fields(cfg))
         self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
         self.agent_ids = agent_ids

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import os
-import traceback
 
 import pytest
 import torch
@@ -14,8 +11,8 @@ from torch.distributed.fsdp import FSDPModule
 
 from envs import describe
 from marl.config import Config
-from marl.launch import exit_now
 from marl.learner import MIN_BLOCK_PARAMS, Learner, LearnerGroup, follow
+from tests.ranks import run_ranks
 
 CFG = dataclasses.replace(Config(), num_minibatches=1, update_epochs=1, seed=0, hidden_sizes=(16, 16),
                           max_grad_norm=0.05)  # small enough that clipping really acts
@@ -29,58 +26,29 @@ def make_batch(n: int = 64) -> dict[str, torch.Tensor]:
             "returns": torch.randn(n, generator=g)}
 
 
-def _worker(rank: int, world: int, init_method: str, precision: str, out: str, min_block_params: int, ac: bool) -> None:
-    code = 1
-    try:
-        _step(rank, world, init_method, precision, out, min_block_params, ac)
-        code = 0
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        exit_now(code)  # as marl's own processes leave
-
-
-def _step(rank: int, world: int, init_method: str, precision: str, out: str, min_block_params: int, ac: bool) -> None:
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
-    try:
-        cfg = dataclasses.replace(CFG, precision=precision, activation_checkpointing=ac)
-        learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"), min_block_params)
-        units = [m for m in learner.model.modules() if isinstance(m, FSDPModule)]
-        if world == 1 and precision == "fp32":
-            assert not units  # one fp32 rank: plain PyTorch, the reference the sharded runs must match
-        else:
-            assert len(units) == (1 + len(learner.model.blocks()) if min_block_params == 0 else 1)
-        if rank == 0:
-            group = LearnerGroup(learner)
-            before = group.gather()
-            metrics, used = group.update(make_batch(), lr=1e-2)
-            after = group.gather()
-            group.stop()
-            torch.save({"before": before, "after": after, "metrics": metrics, "used": used}, out)
-        else:
-            follow(learner)
-    finally:
-        dist.destroy_process_group()
+def _step(rank: int, world: int, precision: str, out: str, min_block_params: int, ac: bool) -> None:
+    cfg = dataclasses.replace(CFG, precision=precision, activation_checkpointing=ac)
+    learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"), min_block_params)
+    units = [m for m in learner.model.modules() if isinstance(m, FSDPModule)]
+    if world == 1 and precision == "fp32":
+        assert not units  # one fp32 rank: plain PyTorch, the reference the sharded runs must match
+    else:
+        assert len(units) == (1 + len(learner.model.blocks()) if min_block_params == 0 else 1)
+    if rank == 0:
+        group = LearnerGroup(learner)
+        before = group.gather()
+        metrics, used = group.update(make_batch(), lr=1e-2)
+        after = group.gather()
+        group.stop()
+        torch.save({"before": before, "after": after, "metrics": metrics, "used": used}, out)
+    else:
+        follow(learner)
 
 
 def one_step(world: int, precision: str, tmp_path, min_block_params: int = 0, ac: bool = False) -> dict:
     """One update on `world` ranks; by default every block is its own FSDP unit (the big-model layout)."""
     out = str(tmp_path / f"w{world}_{precision}_{min_block_params}_{ac}.pt")
-    ctx = multiprocessing.get_context("spawn")
-    init_method = f"file://{tmp_path}/rendezvous_{world}_{precision}_{min_block_params}_{ac}"  # as marl.launch's
-    procs = [ctx.Process(target=_worker, args=(r, world, init_method, precision, out, min_block_params, ac)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join(timeout=120)
-        assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
+    run_ranks(_step, world, tmp_path, precision, out, min_block_params, ac)
     return torch.load(out)
 
 

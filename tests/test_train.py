@@ -207,7 +207,10 @@ def test_a_signal_ends_every_process_and_flushes_the_logs(train, sig, code):
         _, err = proc.communicate()
     assert proc.returncode == code, err[-2000:]
     assert "Traceback" not in err
-    assert len(read_scalars(train.logdir / "sig")["charts/SPS"]) >= 5  # flushed up to the signal
+    logged = read_scalars(train.logdir / "sig")["charts/SPS"]
+    assert len(logged) >= 5  # flushed up to the signal
+    # The final checkpoint holds the last iteration that finished.
+    assert (train.logdir / "sig" / "checkpoints" / f"iter_{len(logged):06d}" / "trainer.pt").is_file()
 
 
 def test_an_actor_killed_mid_run_is_dropped_and_the_run_finishes(train):
@@ -269,3 +272,38 @@ def test_the_exported_policy_loads_safely_and_plays(train):
     bad = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir)], capture_output=True, text=True,
                          cwd=ROOT, timeout=60)
     assert bad.returncode == 2 and "has no policy.pt" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_resume_continues_the_run_on_another_learner_count(train):
+    import torch
+
+    run = train.logdir / "res"
+    r = train("--agents", "2", "--total-steps", "20000", "--target-return", "1e9", "--checkpoint-every", "2",
+              "--run-name", "res")
+    assert r.returncode == 0, r.stderr[-2000:]
+    first = read_scalars(run)["charts/SPS"]
+    ckpt = sorted((run / "checkpoints").iterdir())
+    assert [p.name for p in ckpt][-1] == f"iter_{len(first):06d}" and len(ckpt) == 2  # the final one, 2 kept
+    saved = torch.load(ckpt[-1] / "trainer.pt", weights_only=True)
+    assert saved["global_step"] == first[-1][0] and saved["learners"] == 1
+
+    r = train("--resume", str(run), "--learners", "2", "--total-steps", "30000", logdir=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"resumed from {ckpt[-1]}: iteration {len(first)}, step {first[-1][0]:,}, saved by 1 learner(s)" in r.stdout
+    progress = [line for line in r.stdout.splitlines() if line.startswith("iter ")]
+    assert progress[0].startswith(f"iter {len(first) + 1:4d} | step ")
+    steps = [s for s, _ in read_scalars(run)["charts/SPS"]]
+    assert steps[:len(first)] == [s for s, _ in first]  # the curve goes on from where it stopped
+    assert steps == sorted(set(steps)) and steps[-1] >= 30000
+    assert tomllib.loads((run / "config.toml").read_text())["learners"] == 2
+    newest = sorted((run / "checkpoints").iterdir())[-1]
+    assert torch.load(newest / "trainer.pt", weights_only=True)["learners"] == 2
+    assert not train.survivors()
+
+    for args, message in [(("--env", "Acrobot-v1"), "trained on CartPole-v1, not Acrobot-v1"),
+                          (("--hidden-sizes", "32,32"), "hidden_sizes [64, 64] (now [32, 32])"),
+                          (("--run-name", "other"), "drop --run-name")]:
+        bad = train("--resume", str(run), *args, logdir=False)
+        assert bad.returncode == 2 and message in bad.stderr and "\n" not in bad.stderr.strip(), bad.stderr
+    bad = train("--resume", str(train.logdir), logdir=False)
+    assert bad.returncode == 2 and "is not a checkpoint" in bad.stderr

@@ -1,0 +1,105 @@
+"""Checkpoints for real: DCP over gloo learner ranks, restored exactly, on the same or another number of ranks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+from envs import describe
+from marl import checkpoint
+from marl.config import Config
+from marl.learner import Learner, LearnerGroup, follow
+from tests.ranks import run_ranks
+from tests.test_fsdp import make_batch
+
+CFG = dataclasses.replace(Config(), num_minibatches=2, update_epochs=2, seed=0, hidden_sizes=(16, 16))
+
+
+def full_state(learner: Learner) -> dict:
+    """Unsharded model and optimizer state (a collective: every rank calls it; rank 0 receives it)."""
+    model, optim = get_state_dict(learner.model, learner.optimizer,
+                                  options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {"model": {k: v.clone() for k, v in model.items()},
+            "optim": {fqn: {k: v.clone() for k, v in s.items()} for fqn, s in optim.get("state", {}).items()},
+            "rng": learner.generator.get_state()}
+
+
+def _save(rank: int, world: int, run_dir: str, out: str) -> None:
+    cfg = dataclasses.replace(CFG, logdir=str(run_dir), run_name="run")
+    learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"))
+    if rank == 0:
+        group = LearnerGroup(learner)
+        group.update(make_batch(), lr=1e-2)  # the optimizer has state worth restoring
+        group.update(make_batch(), lr=1e-2)
+        group.save(7, {"iteration": 7, "global_step": 123, "version": 2, "recent": torch.tensor([1.0, 2.0])})
+        group.stop()
+    else:
+        follow(learner)
+    state = full_state(learner)
+    if rank == 0:
+        torch.save(state, out)
+
+
+def _load(rank: int, world: int, ckpt: str, out: str) -> None:
+    cfg = dataclasses.replace(CFG, seed=99, resume=ckpt)  # another seed: other initial weights, unless restored
+    learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"))
+    state = full_state(learner)
+    if rank == 0:
+        torch.save(state, out)
+
+
+@pytest.mark.parametrize("saved_by, loaded_by", [(2, 2), (2, 1), (1, 2)])
+def test_restored_model_and_optimizer_equal_the_saved_ones_exactly(saved_by, loaded_by, tmp_path):
+    run_ranks(_save, saved_by, tmp_path, tmp_path, str(tmp_path / "saved.pt"))
+    ckpt = checkpoint.latest(tmp_path / "run")
+    assert ckpt is not None and ckpt.name == "iter_000007"
+    assert sorted(p.name for p in ckpt.glob("*.distcp")) == [f"__{r}_0.distcp" for r in range(saved_by)]  # a shard per rank
+    run_ranks(_load, loaded_by, tmp_path, str(ckpt), str(tmp_path / "loaded.pt"))
+    saved, loaded = torch.load(tmp_path / "saved.pt"), torch.load(tmp_path / "loaded.pt")
+    assert saved["model"].keys() == loaded["model"].keys()
+    for key in saved["model"]:
+        assert torch.equal(saved["model"][key], loaded["model"][key]), key
+    assert saved["optim"].keys() == loaded["optim"].keys() and saved["optim"]
+    for fqn in saved["optim"]:
+        for k in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(saved["optim"][fqn][k], loaded["optim"][fqn][k]), (fqn, k)
+        assert saved["optim"][fqn]["step"].item() == 2 * CFG.update_epochs * CFG.num_minibatches
+    # Rank 0's sampling generator continues where it was (rank 0 exists whatever the count).
+    assert torch.equal(saved["rng"], loaded["rng"])
+    trainer = checkpoint.read_trainer(ckpt)  # weights_only: plain values and tensors only
+    assert (trainer["iteration"], trainer["global_step"], trainer["learners"]) == (7, 123, saved_by)
+    assert trainer["env"] == "CartPole-v1" and trainer["model_shape"]["hidden_sizes"] == [16, 16]
+
+
+def test_only_a_complete_checkpoint_counts_and_old_ones_are_pruned(tmp_path):
+    run_ranks(_save, 1, tmp_path, tmp_path, str(tmp_path / "saved.pt"))
+    root = tmp_path / "run" / "checkpoints"
+    good = root / "iter_000007"
+    # A crash while writing leaves the temporary name, or a directory without the trainer state.
+    (root / ".iter_000009.tmp").mkdir()
+    half = root / "iter_000008"
+    half.mkdir()
+    (half / ".metadata").write_bytes(b"")
+    assert checkpoint.latest(tmp_path / "run") == good
+    assert checkpoint.resolve(str(tmp_path / "run")) == good
+    assert checkpoint.resolve(str(good)) == good
+    for older in (3, 5):
+        (root / f"iter_00000{older}").mkdir()
+        for name in (".metadata", checkpoint.TRAINER_FILE):
+            (root / f"iter_00000{older}" / name).write_bytes(b"")
+    checkpoint._prune(tmp_path / "run", keep=2)
+    assert sorted(p.name for p in root.iterdir() if checkpoint.is_checkpoint(p)) == ["iter_000005", "iter_000007"]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p / "nope", "no such directory"),
+    (lambda p: p, "is not a checkpoint"),
+    (lambda p: (p / "checkpoints").mkdir() or p, "no complete checkpoint"),
+])
+def test_resume_of_something_that_is_not_a_checkpoint_says_so(make, message, tmp_path):
+    with pytest.raises(checkpoint.CheckpointError, match=message):
+        checkpoint.resolve(str(make(tmp_path)))
