@@ -8,6 +8,11 @@ import sys
 from pathlib import Path
 
 
+def default_agents(env_id: str) -> int | None:
+    """--agents 0: eight independent copies of a single-agent env; a PettingZoo env's own agents (None)."""
+    return None if env_id.startswith("pettingzoo:") else 8
+
+
 def resumed_config(values: dict):
     """`--resume`: the checkpoint's own config, with the flags given now on top. The run goes on in
     the checkpoint's run directory."""
@@ -54,7 +59,7 @@ def check_run_dir(cfg) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from marl.config import Config, UsageError, parse_values, validate
+    from marl.config import Config, UsageError, check_batch, parse_values, validate
 
     try:
         values = parse_values(argv)
@@ -63,18 +68,23 @@ def main(argv: list[str] | None = None) -> int:
 
         from envs.registry import EnvError, describe
         from marl.checkpoint import CheckpointError
+        from marl.policies import PolicyError, specs_of
 
         if "TORCHELASTIC_RUN_ID" in os.environ and cfg.learners == 0:
             # Each process would count its own node's GPUs, and nodes that differ would disagree.
             raise UsageError("under torchrun, give --learners explicitly (every process must agree on the layout)")
         try:
             cfg = validate(cfg, gpus=torch.cuda.device_count())
-            info = describe(cfg.env, cfg.agents)
+            info = describe(cfg.env, cfg.agents or default_agents(cfg.env), cfg.env_kwargs)
+            if not cfg.agents:
+                cfg = dataclasses.replace(cfg, agents=len(info.agent_ids))
+                check_batch(cfg, cfg.learners)
+            specs_of(cfg, info)  # a mapping that cannot work fails here, before any process starts
             if cfg.resume:
                 from marl.checkpoint import check_compatible
 
                 check_compatible(Path(cfg.resume), cfg, info)
-        except (EnvError, CheckpointError) as e:
+        except (EnvError, CheckpointError, PolicyError) as e:
             raise UsageError(str(e)) from None
         if cfg.target_return is None and info.reward_threshold is not None:
             cfg = dataclasses.replace(cfg, target_return=float(info.reward_threshold))

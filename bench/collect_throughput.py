@@ -26,7 +26,8 @@ from envs import describe  # noqa: E402
 from marl.config import Config, validate  # noqa: E402
 from marl.coordinator import ActorPool  # noqa: E402
 from marl.launch import launch  # noqa: E402
-from marl.models import build_model, sample  # noqa: E402
+from marl.models import ActorCritic, build_model, sample  # noqa: E402
+from marl.policies import specs_of  # noqa: E402
 
 TARGET = 1_000_000
 
@@ -37,7 +38,7 @@ def roofline(cfg: Config, seconds: float) -> float:
     info = describe(cfg.env, cfg.agents)
     n = cfg.actors * cfg.envs_per_actor * cfg.agents
     envs = gym.make_vec(cfg.env, num_envs=n, vectorization_mode="vector_entry_point")
-    model = build_model(info, cfg.hidden_sizes)
+    model = ActorCritic(info.obs_dim, info.action_kind, info.num_actions, cfg.hidden_sizes)
     obs, _ = envs.reset(seed=0)
     steps, start = 0, time.perf_counter()
     with torch.inference_mode():
@@ -52,15 +53,15 @@ def roofline(cfg: Config, seconds: float) -> float:
 def measure_actors(requests: int, result: dict):
     def rank0_main(cfg: Config, info, learner_group, device, control) -> int:
         pool = ActorPool(cfg, info)
-        weights = build_model(info, cfg.hidden_sizes).state_dict()
+        weights = build_model(specs_of(cfg, info), cfg.hidden_sizes).state_dict()
         for _ in range(2):  # warm-up: actor construction, first weights
             pool.collect(0, weights)
         steps, start = 0, time.perf_counter()
         busy = 0.0
         for _ in range(requests):
-            trajs = pool.collect(0, weights)
-            steps += sum(tr.steps for tr in trajs)
-            busy += max(tr.collect_seconds for tr in trajs)
+            rollouts = pool.collect(0, weights)
+            steps += sum(r.steps for r in rollouts)
+            busy += max(r.collect_seconds for r in rollouts)
         wall = time.perf_counter() - start
         result.update(rate=steps / wall, wall=wall, busy=busy)
         return 0

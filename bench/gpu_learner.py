@@ -73,10 +73,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def make_batch(info: EnvInfo, n: int, seed: int) -> dict[str, torch.Tensor]:
-    """A synthetic PPO batch of `n` flat samples on CPU, as tests/test_fsdp.py's make_batch, for any env's spaces."""
+def make_batch(info: EnvInfo, spec, n: int, seed: int) -> dict[str, torch.Tensor]:
+    """A synthetic PPO batch of `n` flat samples on CPU for one policy, as tests/test_fsdp.py's make_batch."""
     g = torch.Generator().manual_seed(seed)
-    fields = sample_fields(info)
+    fields = sample_fields(spec)
     batch = {"obs": torch.randn(n, *info.obs_shape, generator=g)}
     if info.action_kind == "discrete":
         batch["actions"] = torch.randint(0, info.num_actions, (n,), generator=g)
@@ -100,7 +100,7 @@ def _sync(device: torch.device) -> None:
 def drive(args: argparse.Namespace, learner: Learner, device: torch.device) -> dict:
     """Rank 0: warm up, time the updates and the gathers, then tell the other ranks to stop."""
     group = LearnerGroup(learner)
-    batch = make_batch(learner.info, args.batch, args.seed)
+    batch = {spec.name: make_batch(learner.info, spec, args.batch, args.seed) for spec in learner.specs}
     metrics: dict[str, float] = {}
     used = 0
     for _ in range(args.warmup):

@@ -13,6 +13,7 @@ the same GAE, loss, minibatches and epochs (CleanRL's shape).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import subprocess
 import sys
@@ -64,14 +65,14 @@ def baseline_rate(steps: int) -> float:
     from envs import describe
     from marl.algorithms import gae, ppo_loss
     from marl.config import Config
-    from marl.models import build_model, entropy, log_prob, sample
+    from marl.models import ActorCritic, entropy, log_prob, sample
 
     torch.set_num_threads(1)
-    cfg = Config()
+    cfg = dataclasses.replace(Config(), agents=8)
     info = describe(cfg.env, cfg.agents)
     n = cfg.actors * cfg.envs_per_actor * cfg.agents
     envs = gym.make_vec(cfg.env, num_envs=n, vectorization_mode="vector_entry_point")
-    model = build_model(info, cfg.hidden_sizes)
+    model = ActorCritic(info.obs_dim, info.action_kind, info.num_actions, cfg.hidden_sizes)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
     obs, _ = envs.reset(seed=0)
     obs = torch.from_numpy(obs)

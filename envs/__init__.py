@@ -1,10 +1,16 @@
 """Multi-agent environments: the PettingZoo Parallel protocol at the edge, batched arrays inside.
 
-`make_env(id, agents)` gives a PettingZoo-Parallel env (dicts keyed by agent) for users and
-tests; `make_batched(id, agents, copies)` gives the array form the actors step.
+`describe(id, agents, env_kwargs)` says what an env's agents look like (EnvInfo, one AgentSpec per
+agent); `make_env(id, agents)` gives a PettingZoo-Parallel env (dicts keyed by agent) for users and
+tests; `make_agent_batch(info, copies, groups)` gives the grouped array form the actors step.
+Ids: any Gymnasium id (or `module:EnvId`) x N independent agents, or `pettingzoo:<module>.<env>`
+for a PettingZoo Parallel env (`pip install -e '.[pettingzoo]'` for pettingzoo and mpe2).
 """
 
+from envs.batched import GymAgentsBatch
+from envs.pettingzoo_batch import PettingZooBatch
 from envs.protocol import ParallelEnv
-from envs.registry import EnvInfo, describe, make_batched, make_env
+from envs.registry import AgentSpec, EnvError, EnvInfo, describe, make_agent_batch, make_env
 
-__all__ = ["EnvInfo", "ParallelEnv", "describe", "make_batched", "make_env"]
+__all__ = ["AgentSpec", "EnvError", "EnvInfo", "GymAgentsBatch", "ParallelEnv", "PettingZooBatch", "describe",
+           "make_agent_batch", "make_env"]

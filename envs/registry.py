@@ -1,16 +1,29 @@
-"""Which env an id names, what its spaces are, and how to build it in either form."""
+"""Which env an id names, what its agents' spaces are, and how to build it in either form.
+
+Two kinds of ids:
+- a Gymnasium id (or `module:EnvId`): a single-agent env, made multi-agent as `agents`
+  independent copies (agent ids `agent_0` ..);
+- `pettingzoo:<module>.<env>` (e.g. `pettingzoo:mpe2.simple_spread_v3`, or a first-party
+  `pettingzoo:envs.coop_nav`): a module exposing PettingZoo's `parallel_env(**kwargs)`; the env
+  decides its own agents (`possible_agents`), which may have different spaces.
+"""
 
 from __future__ import annotations
 
 import difflib
 import importlib
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from envs.batched import GymAgentsBatch
 from envs.independent import IndependentAgents
+from envs.pettingzoo_batch import PettingZooBatch
+
+PETTINGZOO_PREFIX = "pettingzoo:"
+_INSTALL_HINT = "PettingZoo envs need pettingzoo and mpe2: pip install -e '.[pettingzoo]'"
 
 
 class EnvError(ValueError):
@@ -18,16 +31,13 @@ class EnvError(ValueError):
 
 
 @dataclass(frozen=True)
-class EnvInfo:
-    """What the learner and actors need to know about an env before they build anything."""
+class AgentSpec:
+    """One agent's spaces, as the policy sees them (flat)."""
 
-    env_id: str
-    agent_ids: tuple[str, ...]
-    obs_shape: tuple[int, ...]
+    obs_shape: tuple[int, ...]  # flat: (obs_dim,)
     action_kind: str  # "discrete" or "box"
-    action_shape: tuple[int, ...]  # () for discrete
+    action_shape: tuple[int, ...]  # () for discrete, (n,) flat for box
     num_actions: int  # discrete: number of choices; box: flat action size
-    reward_threshold: float | None
 
     @property
     def obs_dim(self) -> int:
@@ -39,6 +49,85 @@ class EnvInfo:
         import torch
 
         return torch.int64 if self.action_kind == "discrete" else torch.float32
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """What the learner and actors need to know about an env before they build anything."""
+
+    env_id: str
+    agent_ids: tuple[str, ...]
+    specs: tuple[AgentSpec, ...]  # one per agent, in agent_ids order
+    reward_threshold: float | None
+    state_dim: int  # size of the central critic's input (EnvInfo.has_state: env.state(); else obs of all agents + alive mask)
+    has_state: bool  # the env has a working state()
+    env_kwargs: tuple[tuple[str, Any], ...] = ()  # the kwargs the env is built with, sorted by name
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.env_kwargs)
+
+    @property
+    def is_pettingzoo(self) -> bool:
+        return self.env_id.startswith(PETTINGZOO_PREFIX)
+
+    @property
+    def homogeneous(self) -> bool:
+        return all(s == self.specs[0] for s in self.specs)
+
+    @property
+    def spec(self) -> AgentSpec:
+        """The one spec every agent shares; ValueError when the agents differ."""
+        if not self.homogeneous:
+            detail = ", ".join(f"{a}: {s}" for a, s in zip(self.agent_ids, self.specs))
+            raise ValueError(f"agents have different spaces ({detail}); use per-agent specs (EnvInfo.specs)")
+        return self.specs[0]
+
+    # The single-spec view, for code written for homogeneous agents.
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        return self.spec.obs_shape
+
+    @property
+    def action_kind(self) -> str:
+        return self.spec.action_kind
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        return self.spec.action_shape
+
+    @property
+    def num_actions(self) -> int:
+        return self.spec.num_actions
+
+    @property
+    def obs_dim(self) -> int:
+        return self.spec.obs_dim
+
+    @property
+    def action_dtype(self):
+        return self.spec.action_dtype
+
+
+def _one_line(x: object) -> str:
+    return " ".join(str(x).split())
+
+
+def agent_spec(where: str, obs_space: gym.Space, act_space: gym.Space) -> AgentSpec:
+    """Check that a policy can handle these spaces; EnvError naming `where` (env, agent) if not."""
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise EnvError(f"{where}: observation space {obs_space} is not supported; the MLP policy takes Box observations")
+    if isinstance(act_space, gym.spaces.Discrete):
+        if act_space.start != 0:
+            raise EnvError(f"{where}: Discrete action space with start={act_space.start} is not supported (start must be 0)")
+        kind, shape, n = "discrete", (), int(act_space.n)
+    elif isinstance(act_space, gym.spaces.Box):
+        n = int(np.prod(act_space.shape))
+        kind, shape = "box", (n,)  # flat: the batched env reshapes to the env's own shape
+    else:
+        raise EnvError(f"{where}: action space {act_space} is not supported; use an env with Discrete or Box actions")
+    return AgentSpec(obs_shape=(int(np.prod(obs_space.shape)),),  # flat: the batched env flattens
+                     action_kind=kind, action_shape=shape, num_actions=n)
 
 
 def _close_ids(env_id: str) -> str:
@@ -59,42 +148,125 @@ def resolve(env_id: str) -> str:
     return name
 
 
-def describe(env_id: str, agents: int) -> EnvInfo:
-    """Look the env up and check that a policy can handle its spaces; EnvError if not."""
+def pettingzoo_module(env_id: str):
+    """`pettingzoo:<module>.<env>` -> the imported module, which has `parallel_env`; EnvError if not."""
+    name = env_id[len(PETTINGZOO_PREFIX):]
+    if not name or name.startswith(".") or name.endswith("."):
+        raise EnvError(f"env id {env_id!r}: expected pettingzoo:<module>.<env>, e.g. pettingzoo:mpe2.simple_spread_v3")
+    try:
+        module = importlib.import_module(name)
+    except ImportError as e:
+        missing = getattr(e, "name", None) or ""
+        root = missing.split(".")[0]
+        extra = "" if root in ("", "pettingzoo", "mpe2") else f", and the package that provides {root!r}"
+        raise EnvError(f"env id {env_id!r}: cannot import {name!r} ({_one_line(e)}); {_INSTALL_HINT}{extra}") from None
+    if not callable(getattr(module, "parallel_env", None)):
+        raise EnvError(f"env id {env_id!r}: module {name!r} has no parallel_env(); a PettingZoo env module exposes "
+                       "parallel_env(**kwargs) (AEC-only envs are not supported)")
+    return module
+
+
+def _make_pettingzoo(env_id: str, env_kwargs: dict[str, Any]):
+    module = pettingzoo_module(env_id)
+    try:
+        return module.parallel_env(**env_kwargs)
+    except TypeError as e:
+        raise EnvError(f"env id {env_id!r}: parallel_env() does not take env kwargs {env_kwargs!r} ({_one_line(e)}); "
+                       "fix --env-kwargs") from None
+    except Exception as e:  # an env that rejects a kwarg's value: still bad input, not a crash
+        raise EnvError(f"env id {env_id!r}: parallel_env(**{env_kwargs!r}) failed ({type(e).__name__}: {_one_line(e)}); "
+                       "fix --env-kwargs") from None
+
+
+def _has_state(env) -> tuple[bool, int]:
+    """(the env has a working state(), its size); call after reset."""
+    state = getattr(env, "state", None)
+    if not callable(state):
+        return False, 0
+    try:
+        s = state()
+    except (NotImplementedError, AttributeError):  # PettingZoo's default state(), or a wrapper without one
+        return False, 0
+    return True, int(np.asarray(s).size)
+
+
+def _describe_pettingzoo(env_id: str, agents: int | None, env_kwargs: dict[str, Any]) -> EnvInfo:
+    env = _make_pettingzoo(env_id, env_kwargs)
+    try:
+        ids = tuple(env.possible_agents)
+        if agents is not None and agents != len(ids):
+            raise EnvError(f"env id {env_id!r} has {len(ids)} agents ({', '.join(ids)}), not {agents}: pass --agents {len(ids)}, "
+                           f"or set the env's own agent-count kwarg via --env-kwargs (e.g. '{{\"N\": {agents}}}' for simple_spread)")
+        specs = tuple(agent_spec(f"{env_id} agent {a!r}", env.observation_space(a), env.action_space(a)) for a in ids)
+        env.reset(seed=0)
+        has_state, size = _has_state(env)
+    finally:
+        env.close()
+    state_dim = size if has_state else sum(s.obs_dim for s in specs) + len(ids)
+    return EnvInfo(env_id=env_id, agent_ids=ids, specs=specs, reward_threshold=None, state_dim=state_dim,
+                   has_state=has_state, env_kwargs=tuple(sorted(env_kwargs.items())))
+
+
+def describe(env_id: str, agents: int | None = None, env_kwargs: dict[str, Any] | None = None) -> EnvInfo:
+    """Look the env up and check that a policy can handle its agents' spaces; EnvError if not.
+
+    `agents`: for a Gymnasium id, the number of independent copies (None: 1); for a PettingZoo id
+    the env decides, and `agents` (None: take the env's count) must match it.
+    """
+    env_kwargs = dict(env_kwargs or {})
+    if env_id.startswith(PETTINGZOO_PREFIX):
+        return _describe_pettingzoo(env_id, agents, env_kwargs)
+    agents = 1 if agents is None else agents
     name = resolve(env_id)
     try:
-        env = gym.make(name)
+        env = gym.make(name, **env_kwargs)
     except gym.error.DependencyNotInstalled as e:
-        raise EnvError(f"env id {env_id!r} needs a package that is not installed: {e}") from None
+        raise EnvError(f"env id {env_id!r} needs a package that is not installed: {_one_line(e)}") from None
     except gym.error.Error as e:
-        raise EnvError(f"unknown env id {env_id!r}{_close_ids(env_id)}; use a registered Gymnasium id or module:EnvId ({type(e).__name__})") from None
+        raise EnvError(f"unknown env id {env_id!r}{_close_ids(env_id)}; use a registered Gymnasium id, module:EnvId "
+                       f"or pettingzoo:<module>.<env> ({type(e).__name__})") from None
+    except TypeError as e:
+        raise EnvError(f"env id {env_id!r} does not take env kwargs {env_kwargs!r} ({_one_line(e)}); fix --env-kwargs") from None
     try:
         obs_space, act_space = env.observation_space, env.action_space
         threshold = env.spec.reward_threshold if env.spec is not None else None
     finally:
         env.close()
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise EnvError(f"{env_id}: observation space {obs_space} is not supported; the MLP policy takes Box observations")
-    if isinstance(act_space, gym.spaces.Discrete):
-        if act_space.start != 0:
-            raise EnvError(f"{env_id}: Discrete action space with start={act_space.start} is not supported (start must be 0)")
-        kind, shape, n = "discrete", (), int(act_space.n)
-    elif isinstance(act_space, gym.spaces.Box):
-        n = int(np.prod(act_space.shape))
-        kind, shape = "box", (n,)  # flat: the batched env reshapes to the env's own shape
-    else:
-        raise EnvError(f"{env_id}: action space {act_space} is not supported; use an env with Discrete or Box actions")
-    return EnvInfo(env_id=env_id, agent_ids=tuple(f"agent_{i}" for i in range(agents)),
-                   obs_shape=(int(np.prod(obs_space.shape)),),  # flat: the batched env flattens
-                   action_kind=kind, action_shape=shape,
-                   num_actions=n, reward_threshold=threshold)
+    spec = agent_spec(env_id, obs_space, act_space)
+    return EnvInfo(env_id=env_id, agent_ids=tuple(f"agent_{i}" for i in range(agents)), specs=(spec,) * agents,
+                   reward_threshold=threshold, state_dim=agents * spec.obs_dim + agents, has_state=False,
+                   env_kwargs=tuple(sorted(env_kwargs.items())))
 
 
-def make_env(env_id: str, agents: int, **kwargs) -> IndependentAgents:
-    """The PettingZoo-Parallel form: `agents` independent copies of a single-agent env."""
-    return IndependentAgents(resolve(env_id), agents, **kwargs)
+def make_env(env_id: str, agents: int | None = None, **kwargs):
+    """The PettingZoo-Parallel form (dicts keyed by agent).
+
+    Gymnasium ids: `agents` independent copies of the single-agent env (IndependentAgents).
+    `pettingzoo:` ids: the env itself, `parallel_env(**kwargs)`; `agents`, if given, must match.
+    """
+    if env_id.startswith(PETTINGZOO_PREFIX):
+        env = _make_pettingzoo(env_id, kwargs)
+        if agents is not None and agents != len(env.possible_agents):
+            env.close()
+            raise EnvError(f"env id {env_id!r} has {len(env.possible_agents)} agents, not {agents}")
+        return env
+    return IndependentAgents(resolve(env_id), 1 if agents is None else agents, **kwargs)
 
 
-def make_batched(env_id: str, agents: int, copies: int, **kwargs) -> GymAgentsBatch:
-    """The array form for actors: `copies` env copies of `agents` agents each."""
-    return GymAgentsBatch(resolve(env_id), agents, copies, **kwargs)
+def check_groups(info: EnvInfo, groups: list[list[int]]) -> None:
+    """Groups must split the agents (indices into agent_ids) and each must share one AgentSpec."""
+    flat = [i for g in groups for i in g]
+    if any(not g for g in groups) or sorted(flat) != list(range(len(info.agent_ids))):
+        raise ValueError(f"groups {groups} must split agents 0..{len(info.agent_ids) - 1} into non-empty, disjoint groups")
+    for g in groups:
+        if any(info.specs[i] != info.specs[g[0]] for i in g):
+            raise ValueError(f"group {[info.agent_ids[i] for i in g]} mixes agents with different spaces")
+
+
+def make_agent_batch(info: EnvInfo, copies: int, groups: list[list[int]]) -> GymAgentsBatch | PettingZooBatch:
+    """The grouped array form the actors step: `copies` env copies, arrays per group of agents."""
+    check_groups(info, groups)
+    if info.is_pettingzoo:
+        module = pettingzoo_module(info.env_id)
+        return PettingZooBatch(module.parallel_env, copies, groups, info.kwargs, has_state=info.has_state)
+    return GymAgentsBatch(resolve(info.env_id), len(info.agent_ids), copies, groups, info.kwargs)

@@ -1,8 +1,8 @@
-"""Actor: env copies plus a CPU copy of the policy, turning "collect" requests into Trajectories.
+"""Actor: env copies plus a CPU copy of the policies, turning "collect" requests into Rollouts.
 
 A `RolloutWorker` lives in an actor process; the coordinator creates it there with `rpc.remote`
 and calls `collect` on it. One call steps all E env copies x N agents together, with one batched
-policy forward per step, and returns torch tensors. It knows nothing of FSDP or the learner.
+forward per policy per step, and returns torch tensors. It knows nothing of FSDP or the learner.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import time
 
 import torch
 
-from envs import EnvInfo, make_batched
+from envs import EnvInfo, make_agent_batch
 from marl.config import Config
 from marl.models import build_model, sample
-from marl.trajectory import Trajectory
+from marl.policies import actor_input, critic_input, specs_of
+from marl.trajectory import Rollout, Trajectory
 
 # A slot in --rollout episodes mode may not need more than this many steps per episode; past
 # it, something (an env that never ends) is wrong and the request fails instead of hanging.
@@ -26,40 +27,59 @@ class RolloutWorker:
         """`seed_offset`: a resumed run passes the iteration it resumes at, so that its envs do not
         replay the episodes the run began with."""
         self.cfg, self.info, self.index = cfg, info, index
-        self.copies, self.agents = cfg.envs_per_actor, cfg.agents
-        self.env = make_batched(info.env_id, cfg.agents, cfg.envs_per_actor)
-        self.policy = build_model(info, cfg.hidden_sizes).eval()
+        self.copies = cfg.envs_per_actor
+        self.specs = specs_of(cfg, info)
+        # The env packs each policy's agents into arrays of their own: one forward per policy per step.
+        self.env = make_agent_batch(info, cfg.envs_per_actor, [list(s.agents) for s in self.specs])
+        self.policy = build_model(self.specs, cfg.hidden_sizes).eval()
+        self.central = any(s.central for s in self.specs)
         self.version = -1
         # Each actor's envs and sampling get their own stream, all derived from the run's seed.
         seed = cfg.seed * 100_003 + 7_919 * (index + 1) + 1_000_003 * seed_offset
         self.generator = torch.Generator().manual_seed(seed)
-        self.obs = torch.from_numpy(self.env.reset(seed=seed)).float()
-        shape = (self.copies, self.agents)
-        self.reset_next = torch.zeros(shape, dtype=torch.bool)  # slot's next step is an autoreset step
-        self.ep_return = torch.zeros(shape, dtype=torch.float64)
-        self.ep_length = torch.zeros(shape, dtype=torch.int64)
-        self._buffers: dict[str, torch.Tensor] = {}
+        self._reset(seed)
+        self._buffers: list[dict[str, torch.Tensor]] = [{} for _ in self.specs]
         self._capacity = 0
+
+    def _reset(self, seed: int | None) -> None:
+        self.obs = [torch.from_numpy(o).float() for o in self.env.reset(seed=seed)]
+        # Per slot: its next step is a real transition (not an autoreset step, not a departed agent's padding).
+        self.active = [torch.from_numpy(a.copy()) for a in self.env.active]
+        self.ep_return = [torch.zeros(a.shape, dtype=torch.float64) for a in self.active]
+        self.ep_length = [torch.zeros(a.shape, dtype=torch.int64) for a in self.active]
 
     def _grow(self, steps: int) -> None:
         """(Re)allocate the per-step buffers for at least `steps` steps, keeping what they hold."""
         if steps <= self._capacity:
             return
         cap = max(steps, 2 * self._capacity)
-        lead = (cap, self.copies, self.agents)
-        specs = {
-            "obs": ((*lead, *self.info.obs_shape), torch.float32),
-            "actions": ((*lead, *self.info.action_shape), self.info.action_dtype),
-            "logprobs": (lead, torch.float32), "values": (lead, torch.float32),
-            "rewards": (lead, torch.float32), "terminated": (lead, torch.bool),
-            "truncated": (lead, torch.bool), "valid": (lead, torch.bool),
-        }
-        new = {k: torch.empty(shape, dtype=dt) for k, (shape, dt) in specs.items()}
-        for k, old in self._buffers.items():
-            new[k][: self._capacity] = old
-        self._buffers, self._capacity = new, cap
+        for g, spec in enumerate(self.specs):
+            lead = (cap, self.copies, len(spec.agents))
+            fields = {
+                "obs": ((*lead, spec.obs_dim), torch.float32),
+                "actions": ((*lead, *spec.action_shape), spec.action_dtype),
+                "logprobs": (lead, torch.float32), "values": (lead, torch.float32),
+                "rewards": (lead, torch.float32), "terminated": (lead, torch.bool),
+                "truncated": (lead, torch.bool), "valid": (lead, torch.bool),
+            }
+            if spec.central:
+                fields["critic_obs"] = ((*lead, spec.critic_dim), torch.float32)
+            new = {k: torch.empty(shape, dtype=dt) for k, (shape, dt) in fields.items()}
+            for k, old in self._buffers[g].items():
+                new[k][: self._capacity] = old
+            self._buffers[g] = new
+        self._capacity = cap
 
-    def collect(self, version: int, state_dict: dict[str, torch.Tensor] | None) -> Trajectory:
+    def _forward(self, g: int, state: torch.Tensor | None):
+        """Policy g's input, critic input, distribution parameters and values for the current observations."""
+        spec = self.specs[g]
+        x = actor_input(spec, self.obs[g])
+        c = critic_input(spec, x, state)
+        pd, value = self.policy.policies[spec.name](x.reshape(-1, spec.obs_dim),
+                                                    None if c is None else c.reshape(-1, spec.critic_dim))
+        return x, c, pd, value.reshape(self.copies, len(spec.agents))
+
+    def collect(self, version: int, state_dict: dict[str, torch.Tensor] | None) -> Rollout:
         """One rollout with policy `version` (its weights come along only when this actor lacks them)."""
         start = time.perf_counter()
         if state_dict is not None:
@@ -71,18 +91,19 @@ class RolloutWorker:
             if self.cfg.rollout == "steps":
                 steps, episodes = self._run(self.cfg.num_steps, quota=None)
             else:
-                # A fresh start, so that every slot's K episodes are whole.
-                self.obs = torch.from_numpy(self.env.reset(seed=None)).float()
-                self.reset_next.zero_(), self.ep_return.zero_(), self.ep_length.zero_()
+                self._reset(None)  # a fresh start, so that every slot's K episodes are whole
                 steps, episodes = self._run(None, quota=self.cfg.episodes_per_request)
-            b = {k: v[:steps].clone() for k, v in self._buffers.items()}
-            _, next_value = self.policy(self.obs.reshape(-1, self.info.obs_dim))
-            next_value = next_value.reshape(self.copies, self.agents)
-            # With NEXT_STEP autoreset the value computed on the step after a truncation is V(final obs).
-            later = torch.cat([b["values"][1:], next_value.unsqueeze(0)])
-            bootstrap = torch.where(b["truncated"], later, 0.0)
-        return Trajectory(
-            **b, bootstrap_value=bootstrap, next_value=next_value,
+            state = torch.from_numpy(self.env.state()) if self.central else None
+            trajectories = {}
+            for g, spec in enumerate(self.specs):
+                b = {k: v[:steps].clone() for k, v in self._buffers[g].items()}
+                _, _, _, next_value = self._forward(g, state)
+                # With NEXT_STEP autoreset the value computed on the step after a truncation is V(final obs).
+                later = torch.cat([b["values"][1:], next_value.unsqueeze(0)])
+                bootstrap = torch.where(b["truncated"], later, 0.0)
+                trajectories[spec.name] = Trajectory(**b, bootstrap_value=bootstrap, next_value=next_value)
+        return Rollout(
+            trajectories,
             episode_returns=torch.tensor([e[1] for e in episodes], dtype=torch.float64),
             episode_lengths=torch.tensor([e[2] for e in episodes], dtype=torch.int64),
             episode_agents=torch.tensor([e[0] for e in episodes], dtype=torch.int64),
@@ -93,49 +114,53 @@ class RolloutWorker:
 
         Returns the number of steps taken and the finished episodes as (agent, return, length).
         """
-        buf_steps = num_steps or 256
-        self._grow(buf_steps)
+        self._grow(num_steps or 256)
         finished: list[tuple[int, float, int]] = []
-        done_count = torch.zeros((self.copies, self.agents), dtype=torch.int64)
-        n, kind = self.copies * self.agents, self.info.action_kind
+        done_count = [torch.zeros(a.shape, dtype=torch.int64) for a in self.active]
         t = 0
         while True:
             if num_steps is not None and t == num_steps:
                 return t, finished
             if quota is not None:
-                if bool((done_count >= quota).all()):
+                if all(bool((d >= quota).all()) for d in done_count):
                     return t, finished
                 if t >= _MAX_EPISODE_STEPS * quota:
                     raise RuntimeError(f"{self.info.env_id}: episodes did not end within {_MAX_EPISODE_STEPS} steps")
             self._grow(t + 1)
-            B = self._buffers
-            pd, value = self.policy(self.obs.reshape(n, self.info.obs_dim))
-            action, logprob = sample(pd, kind, self.generator)
-            action = action.reshape(self.copies, self.agents, *self.info.action_shape)
-            obs, rew, term, trunc = self.env.step(action.numpy())
-            valid = ~self.reset_next
-            if quota is not None:
-                valid &= done_count < quota
-            B["obs"][t] = self.obs
-            B["actions"][t] = action
-            B["logprobs"][t] = logprob.reshape(self.copies, self.agents)
-            B["values"][t] = value.reshape(self.copies, self.agents)
-            B["rewards"][t] = torch.from_numpy(rew)
-            term, trunc = torch.from_numpy(term) & valid, torch.from_numpy(trunc) & valid
-            B["terminated"][t], B["truncated"][t], B["valid"][t] = term, trunc, valid
-            self.ep_return += B["rewards"][t] * valid
-            self.ep_length += valid
-            done = term | trunc
-            if bool(done.any()):
-                idx = done.nonzero()
-                for (c, a), ret, length in zip(idx.tolist(), self.ep_return[done].tolist(), self.ep_length[done].tolist()):
-                    finished.append((a, ret, length))
-                self.ep_return[done] = 0.0
-                self.ep_length[done] = 0
-                done_count += done
-            # A slot's env resets on the step after it reports done (Gymnasium's NEXT_STEP autoreset).
-            # (Masking by `valid` changes nothing that matters: a reset step reports no flags, and a
-            # slot past its episode quota stays invalid until the next request resets every env.)
-            self.reset_next = done
-            self.obs = torch.from_numpy(obs).float()
+            state = torch.from_numpy(self.env.state()) if self.central else None
+            actions = []
+            for g, spec in enumerate(self.specs):
+                B = self._buffers[g]
+                x, c, pd, value = self._forward(g, state)
+                action, logprob = sample(pd, spec.action_kind, self.generator)
+                action = action.reshape(self.copies, len(spec.agents), *spec.action_shape)
+                B["obs"][t], B["actions"][t], B["values"][t] = x, action, value
+                B["logprobs"][t] = logprob.reshape(self.copies, len(spec.agents))
+                if c is not None:
+                    B["critic_obs"][t] = c
+                actions.append(action.numpy())
+            obs, rew, term, trunc, active = self.env.step(actions)
+            for g, spec in enumerate(self.specs):
+                B = self._buffers[g]
+                valid = self.active[g].clone() if quota is not None else self.active[g]
+                if quota is not None:
+                    valid &= done_count[g] < quota
+                B["rewards"][t] = torch.from_numpy(rew[g])
+                term_g, trunc_g = torch.from_numpy(term[g]) & valid, torch.from_numpy(trunc[g]) & valid
+                B["terminated"][t], B["truncated"][t], B["valid"][t] = term_g, trunc_g, valid
+                self.ep_return[g] += B["rewards"][t] * valid
+                self.ep_length[g] += valid
+                done = term_g | trunc_g
+                if bool(done.any()):
+                    for (c, j), ret, length in zip(done.nonzero().tolist(), self.ep_return[g][done].tolist(),
+                                                   self.ep_length[g][done].tolist()):
+                        finished.append((spec.agents[j], ret, length))
+                    self.ep_return[g][done] = 0.0
+                    self.ep_length[g][done] = 0
+                    done_count[g] += done
+                # A slot's env resets on the step after it reports done (NEXT_STEP autoreset): the env
+                # says so with active False, as it does for the padding of an agent that left its episode.
+                # (A slot past its episode quota stays invalid until the next request resets every env.)
+                self.active[g] = torch.from_numpy(active[g])
+                self.obs[g] = torch.from_numpy(obs[g]).float()
             t += 1

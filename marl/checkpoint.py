@@ -55,10 +55,9 @@ def latest(run_dir: Path) -> Path | None:
     return max(found, key=lambda p: int(_NAME.match(p.name).group(1)), default=None)
 
 
-def model_shape(info, hidden_sizes) -> dict:
-    """What must match for weights to load: the network's input, output and hidden widths."""
-    return {"obs_dim": info.obs_dim, "action_kind": info.action_kind, "num_actions": info.num_actions,
-            "hidden_sizes": list(hidden_sizes)}
+def model_shape(specs, hidden_sizes) -> dict:
+    """What must match for weights to load: each policy's agents, input and output sizes, and the hidden widths."""
+    return {"policies": {s.name: s.shape() for s in specs}, "hidden_sizes": list(hidden_sizes)}
 
 
 def _rng_key(rank: int) -> str:
@@ -82,7 +81,7 @@ def save(learner: Learner, run_dir: Path, iteration: int, trainer: dict | None =
     dist.barrier(group=learner.group)  # every shard is on disk before the rename makes it a checkpoint
     if learner.rank == 0:
         payload = {**trainer, "learners": learner.world,
-                   "model_shape": model_shape(learner.info, learner.cfg.hidden_sizes), "env": learner.cfg.env}
+                   "model_shape": model_shape(learner.specs, learner.cfg.hidden_sizes), "env": learner.cfg.env}
         torch.save(payload, tmp / TRAINER_FILE)
         (tmp / "config.toml").write_text(to_toml(learner.cfg))
         shutil.rmtree(final, ignore_errors=True)
@@ -154,9 +153,11 @@ def check_compatible(checkpoint: Path, cfg: Config, info) -> None:
     if trainer["env"] != cfg.env:
         raise CheckpointError(f"--resume {checkpoint}: the checkpoint was trained on {trainer['env']}, not {cfg.env}; "
                          f"drop --env, or start a new run")
-    want = model_shape(info, cfg.hidden_sizes)
+    from marl.policies import specs_of
+
+    want = model_shape(specs_of(cfg, info), cfg.hidden_sizes)
     if trainer["model_shape"] != want:
         diff = ", ".join(f"{k} {trainer['model_shape'].get(k)} (now {v})" for k, v in want.items()
                          if trainer["model_shape"].get(k) != v)
         raise CheckpointError(f"--resume {checkpoint}: the checkpoint's network has {diff}; resume with the same "
-                         f"--agents/--hidden-sizes, or start a new run")
+                         f"--agents, --hidden-sizes, --policies, --agent-id-input and --critic, or start a new run")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import json
 import math
 import time
 import tomllib
@@ -24,14 +25,21 @@ class UsageError(Exception):
 
 
 def _f(default, help: str, **kw):
+    if isinstance(default, dict):  # a mutable default: each Config gets its own copy
+        return field(default_factory=lambda: dict(default), metadata={"help": help, **kw})
     return field(default=default, metadata={"help": help, **kw})
 
 
 @dataclass
 class Config:
     # --- what to train on
-    env: str = _f("CartPole-v1", "Gymnasium id (also `module:EnvId`); a single-agent id becomes N independent agents")
-    agents: int = _f(8, "agents acting in each environment copy")
+    env: str = _f("CartPole-v1", "Gymnasium id (also `module:EnvId`), a single-agent id becoming N independent agents; or a PettingZoo Parallel env as `pettingzoo:<module>.<env>`, e.g. pettingzoo:mpe2.simple_spread_v3 or the first-party pettingzoo:envs.coop_nav")
+    env_kwargs: dict = _f({}, "keyword arguments for the env's constructor: JSON on the command line ('{\"max_cycles\": 25}'), a table in TOML", mapping=True)
+    agents: int = _f(0, "agents acting in each environment copy; 0 = 8 for a single-agent Gymnasium id, the env's own count for a PettingZoo env")
+    # --- policies
+    policies: typing.Union[str, dict] = _f("shared", "which network acts for which agent: `shared` (one network for all: parameter sharing), `per-agent`, or a mapping of agent-id patterns to policy names (JSON, or a TOML table), first match wins", mapping=True)
+    agent_id_input: bool = _f(False, "append a one-hot of the agent (within its policy) to a shared policy's observation, so that one network can act differently per agent")
+    critic: str = _f("local", "`local`: each agent's critic sees its own observation (IPPO); `central`: the critic sees the global state, env.state() or all agents' observations in a fixed order (MAPPO)", choices=("local", "central"))
     # --- processes
     actors: int = _f(2, "actor processes (RPC workers stepping environments)")
     envs_per_actor: int = _f(4, "environment copies owned by each actor")
@@ -92,6 +100,8 @@ def _convert(name: str, value):
     """Turn a CLI string or a TOML value into the field's type; raise UsageError if it does not fit."""
     kind = _base_type(name)
     flag = "--" + name.replace("_", "-")
+    if FIELDS[name].metadata.get("mapping"):
+        return _mapping(flag, value, allow_str=kind is not dict)
     if value is None or (isinstance(value, str) and value.lower() == "none" and _HINTS[name] != kind):
         if _HINTS[name] == kind:
             raise UsageError(f"{flag} needs a value")
@@ -121,6 +131,18 @@ def _convert(name: str, value):
         return value
     except ValueError:
         raise UsageError(f"{flag} expects {kind.__name__ if kind is not tuple else 'comma-separated integers'}, got {value!r}") from None
+
+
+def _mapping(flag: str, value, allow_str: bool):
+    """A TOML table, or JSON text on the command line; a plain word where the field also takes one."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"{flag} is not valid JSON ({e.msg} at character {e.pos}): {value}") from None
+    if isinstance(value, dict) or (allow_str and isinstance(value, str)):
+        return value
+    raise UsageError(f"{flag} expects a JSON object like '{{\"key\": 1}}' (a table in TOML), got {value!r}")
 
 
 def _suggest(word: str, options) -> str:
@@ -158,13 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TOML file of field = value pairs (see configs/); flags given here override it")
     for f in dataclasses.fields(Config):
         kind = _base_type(f.name)
-        default = ",".join(map(str, f.default)) if kind is tuple else f.default
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = ",".join(map(str, default)) if kind is tuple else json.dumps(default) if isinstance(default, dict) else default
         kw = dict(default=argparse.SUPPRESS, help=f"{f.metadata['help']} (default: {default})".replace("%", "%%"))
         flag = "--" + f.name.replace("_", "-")
         if kind is bool:
             p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
         else:
-            metavar = "N,N" if kind is tuple else kind.__name__.upper()
+            metavar = "N,N" if kind is tuple else "JSON" if kind is dict else kind.__name__.upper()
             p.add_argument(flag, metavar=metavar, choices=f.metadata.get("choices"), **kw)
     return p
 
@@ -195,11 +218,16 @@ def validate(cfg: Config, *, gpus: int) -> Config:
             raise UsageError(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, got {value!r}{_suggest(str(value), choices)}")
     if cfg.seed < 0:
         raise UsageError(f"--seed must be at least 0 (Gymnasium's seeds are unsigned), got {cfg.seed}")
-    for name in ("agents", "actors", "envs_per_actor", "num_steps", "episodes_per_request",
+    if cfg.agents < 0:
+        raise UsageError(f"--agents must be at least 1 (or 0 for the env's own count), got {cfg.agents}")
+    for name in ("actors", "envs_per_actor", "num_steps", "episodes_per_request",
                  "total_steps", "num_minibatches", "update_epochs"):
         v = getattr(cfg, name)
         if v < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {v}")
+    if isinstance(cfg.policies, str) and cfg.policies not in ("shared", "per-agent"):
+        raise UsageError(f"--policies must be shared, per-agent, or a JSON mapping like "
+                         f"'{{\"speaker_*\": \"speaker\", \"*\": \"listener\"}}', got {cfg.policies!r}")
     if cfg.learners < 0:
         raise UsageError(f"--learners must be at least 1 (or 0 for one per GPU), got {cfg.learners}")
     learners = cfg.learners or max(gpus, 1)
@@ -227,10 +255,23 @@ def validate(cfg: Config, *, gpus: int) -> Config:
         raise UsageError(f"--target-kl must be greater than 0, got {cfg.target_kl}")
     if not cfg.hidden_sizes or min(cfg.hidden_sizes) < 1:
         raise UsageError(f"--hidden-sizes must be positive widths like 64,64, got {cfg.hidden_sizes}")
-    slots = cfg.envs_per_actor * cfg.agents * cfg.actors
+    if cfg.agents:
+        check_batch(cfg, learners)
+    run_name = cfg.run_name or f"{cfg.env.replace(':', '_').replace('/', '_')}__{cfg.seed}__{int(time.time())}"
+    if "/" in run_name or run_name in (".", ".."):
+        raise UsageError(f"--run-name must be a plain directory name, got {run_name!r}")
+    return dataclasses.replace(cfg, learners=learners, run_name=run_name)
+
+
+def check_batch(cfg: Config, learners: int) -> None:
+    """The batch must split into minibatches on every learner rank; needs the number of agents
+    (`train.py` calls it again once the env has said how many it has)."""
+    # With several policies each one's samples are split on their own; the smallest may have one agent.
+    agents = cfg.agents if cfg.policies == "shared" else 1
+    slots = cfg.envs_per_actor * agents * cfg.actors
     if cfg.rollout == "steps":
         batch = cfg.num_steps * slots
-        if batch % (learners * cfg.num_minibatches):
+        if batch % (learners * cfg.num_minibatches) and cfg.policies == "shared":
             raise UsageError(
                 f"the batch of {batch} agent-steps (num-steps x envs-per-actor x agents x actors) does not split into "
                 f"{cfg.num_minibatches} minibatches on {learners} learner(s); change --num-steps or --num-minibatches")
@@ -238,12 +279,23 @@ def validate(cfg: Config, *, gpus: int) -> Config:
         batch = cfg.episodes_per_request * slots  # at least one step per episode
     # Autoreset steps are masked out of a batch: leave room for them, or a minibatch can come out empty.
     if batch < 2 * learners * cfg.num_minibatches:
-        raise UsageError(f"a batch of at most {batch} agent-steps is too small for {cfg.num_minibatches} minibatches on "
-                         f"{learners} learner(s); raise --num-steps or lower --num-minibatches")
-    run_name = cfg.run_name or f"{cfg.env.replace(':', '_').replace('/', '_')}__{cfg.seed}__{int(time.time())}"
-    if "/" in run_name or run_name in (".", ".."):
-        raise UsageError(f"--run-name must be a plain directory name, got {run_name!r}")
-    return dataclasses.replace(cfg, learners=learners, run_name=run_name)
+        raise UsageError(f"a batch of at most {batch} agent-steps{' per policy' if agents != cfg.agents else ''} is too "
+                         f"small for {cfg.num_minibatches} minibatches on {learners} learner(s); raise --num-steps or "
+                         f"lower --num-minibatches")
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a TOML basic string
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return repr(v) if isinstance(v, float) else str(v)
 
 
 def to_toml(cfg: Config) -> str:
@@ -253,15 +305,5 @@ def to_toml(cfg: Config) -> str:
         v = getattr(cfg, name)
         if v is None or not f.metadata.get("saved", True):  # `resume` names this run's past, not its config
             continue
-        if isinstance(v, bool):
-            text = "true" if v else "false"
-        elif isinstance(v, str):
-            text = '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        elif isinstance(v, tuple):
-            text = "[" + ", ".join(str(x) for x in v) + "]"
-        elif isinstance(v, float):
-            text = repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf") if not math.isnan(v) else "nan"
-        else:
-            text = str(v)
-        lines.append(f"{name} = {text}")
+        lines.append(f"{name} = {_toml_value(v)}")
     return "\n".join(lines) + "\n"

@@ -27,7 +27,7 @@ from marl.config import Config
 from marl.learner import Learner, LearnerGroup, NonFiniteError
 from marl.logging import RunLogger
 from marl.policy_file import export_policy
-from marl.trajectory import Trajectory, flatten_valid
+from marl.trajectory import Rollout, flatten_valid
 
 if TYPE_CHECKING:
     from marl.launch import RunControl, StartupClock
@@ -46,22 +46,27 @@ class Result:
     steps: int  # taken by this process: fewer than global_step after a resume
 
 
-def build_batch(trajs: list[Trajectory], cfg: Config) -> dict[str, torch.Tensor]:
-    """GAE per trajectory, then the valid samples of all of them, advantages normalised over the batch.
+def build_batch(rollouts: list[Rollout], cfg: Config) -> dict[str, dict[str, torch.Tensor]]:
+    """Per policy: GAE per trajectory, then the valid samples of all of them, advantages normalised
+    over the policy's batch.
 
     Normalising over the whole batch (not per minibatch, as CleanRL does) keeps the update the
     same however many learner ranks the batch is split over.
     """
-    parts = []
-    for tr in trajs:
-        adv, ret = gae(tr.rewards, tr.values, tr.next_value, tr.terminated, tr.truncated,
-                       tr.bootstrap_value, cfg.gamma, cfg.gae_lambda)
-        parts.append(flatten_valid(tr, adv, ret))
-    batch = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-    if cfg.norm_adv:
-        a = batch["advantages"]
-        batch["advantages"] = (a - a.mean()) / (a.std() + 1e-8)
-    return batch
+    batches = {}
+    for name in rollouts[0].trajectories:
+        parts = []
+        for rollout in rollouts:
+            tr = rollout.trajectories[name]
+            adv, ret = gae(tr.rewards, tr.values, tr.next_value, tr.terminated, tr.truncated,
+                           tr.bootstrap_value, cfg.gamma, cfg.gae_lambda)
+            parts.append(flatten_valid(tr, adv, ret))
+        batch = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+        if cfg.norm_adv:
+            a = batch["advantages"]
+            batch["advantages"] = (a - a.mean()) / (a.std() + 1e-8)
+        batches[name] = batch
+    return batches
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
@@ -95,7 +100,8 @@ class ActorPool:
         lines = [line for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
         # An exception raised in the actor arrives as "On WorkerInfo(...):", its repr, its traceback.
         why = lines[1] if "On WorkerInfo" in lines[0] and len(lines) > 1 else lines[0]
-        self.log(f"marl: actor {i} failed and is dropped ({self.live} of {len(self.actors)} left): {why}")
+        # No replacement: torch RPC's world is fixed when it starts, so the run goes on with fewer actors.
+        self.log(f"marl: actor {i} failed and is dropped ({self.live} of {len(self.actors)} left, running degraded): {why}")
         if not self.live:
             raise AllActorsLost(f"all {len(self.actors)} actors failed; the last one: {why}")
 
@@ -106,16 +112,16 @@ class ActorPool:
         self.held[i] = version
         return self.actors[i].rpc_async(timeout=self.cfg.rpc_timeout).collect(version, send)
 
-    def collect(self, version: int, weights: dict[str, torch.Tensor]) -> list[Trajectory]:
+    def collect(self, version: int, weights: dict[str, torch.Tensor]) -> list[Rollout]:
         """One rollout from every live actor, all requested at once."""
         futures = {i: self.request(i, version, weights) for i in range(len(self.actors)) if self.alive[i]}
-        trajs = []
+        rollouts = []
         for i, future in futures.items():
             try:
-                trajs.append(future.wait())
+                rollouts.append(future.wait())
             except Exception as e:  # noqa: BLE001 - whatever the actor's failure, the run goes on without it
                 self.lose(i, e)
-        return trajs
+        return rollouts
 
 
 class RolloutStream:
@@ -167,7 +173,7 @@ class RolloutStream:
             if ok and not self.stopping and self.waiting[i] <= self.AHEAD:
                 self._request(i)
 
-    def next(self) -> Trajectory:
+    def next(self) -> Rollout:
         """The next rollout to arrive from any live actor; a failed actor is dropped on the way."""
         while True:
             i, future = self.arrived.get(timeout=self.pool.cfg.rpc_timeout + 30)
@@ -217,8 +223,9 @@ class Coordinator:
             self.saved = self.iteration
         self.start_step = self.global_step
         version = self.version
-        log.print(f"marl: {cfg.env} x {cfg.agents} agents | {cfg.actors} actors x {cfg.envs_per_actor} env copies | "
-                  f"{cfg.learners} learner(s) | seed {cfg.seed} | logs in {log.run_dir}")
+        policies = ", ".join(f"{s.name} ({len(s.agents)})" for s in self.learners.learner.specs)
+        log.print(f"marl: {cfg.env} x {cfg.agents} agents | policies {policies}, {cfg.critic} critic | {cfg.actors} actors "
+                  f"x {cfg.envs_per_actor} env copies | {cfg.learners} learner(s) | seed {cfg.seed} | logs in {log.run_dir}")
         if resume is not None:
             log.print(f"resumed from {cfg.resume}: iteration {self.iteration}, step {self.global_step:,}, "
                       f"saved by {resume['learners']} learner(s)")
@@ -233,9 +240,9 @@ class Coordinator:
                 t0 = time.perf_counter()
                 try:
                     if stream is None:
-                        trajs = actors.collect(version, weights)
+                        rollouts = actors.collect(version, weights)
                     else:
-                        trajs = [stream.next() for _ in range(actors.live)]
+                        rollouts = [stream.next() for _ in range(actors.live)]
                 except AllActorsLost:
                     self.save()  # the learner is fine; a resume with working actors goes on from here
                     raise
@@ -243,9 +250,9 @@ class Coordinator:
                 if self.global_step == self.start_step:
                     self._startup()
                 self.iteration += 1
-                lag = sum(version - tr.policy_version for tr in trajs) / len(trajs)
-                batch = build_batch(trajs, cfg)
-                steps = sum(tr.steps for tr in trajs)
+                lag = sum(version - tr.policy_version for tr in rollouts) / len(rollouts)
+                batch = build_batch(rollouts, cfg)
+                steps = sum(tr.steps for tr in rollouts)
                 frac = max(1.0 - self.global_step / cfg.total_steps, 0.0) if cfg.anneal_lr else 1.0
                 lr = cfg.learning_rate * max(frac, 1e-3)
                 try:
@@ -260,7 +267,7 @@ class Coordinator:
                     stream.publish(version, weights)
                 t3 = time.perf_counter()
                 self.global_step += steps
-                result = self._log(start, trajs, batch, metrics, used, lr, lag, (t0, t1, t2, t3))
+                result = self._log(start, rollouts, batch, metrics, used, lr, lag, (t0, t1, t2, t3))
                 if result is not None or (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0):
                     self.save()
                 if result is not None:
@@ -273,10 +280,12 @@ class Coordinator:
         """Checkpoint the last finished iteration, unless it is already saved."""
         if self.iteration == self.saved:
             return
+        t = time.perf_counter()
         self.learners.save(self.iteration, {
             "iteration": self.iteration, "global_step": self.global_step, "version": self.version,
             "recent": torch.tensor(list(self.recent), dtype=torch.float64)})
         self.saved = self.iteration
+        self.log.scalars({"perf/checkpoint_seconds": time.perf_counter() - t}, self.global_step)
 
     def _startup(self) -> None:
         self.clock.mark("actors_and_first_rollout")
@@ -287,24 +296,26 @@ class Coordinator:
         self.log.print(f"start-up: {total:.2f}s from the command to the first rollout ("
                        + " | ".join(f"{k.replace('_', ' ')} {v:.2f}s" for k, v in parts.items()) + ")")
 
-    def _log(self, start, trajs, batch, metrics, used, lr, lag, times) -> Result | None:
+    def _log(self, start, rollouts, batch, metrics, used, lr, lag, times) -> Result | None:
         """Log one iteration; return the Result if the run should stop."""
         cfg, log, recent = self.cfg, self.log, self.recent
         iteration, global_step = self.iteration, self.global_step
         t0, t1, t2, t3 = times
-        returns = torch.cat([tr.episode_returns for tr in trajs])
+        returns = torch.cat([tr.episode_returns for tr in rollouts])
         recent.extend(returns.tolist())
-        log.episodes(returns, torch.cat([tr.episode_lengths for tr in trajs]),
-                     torch.cat([tr.episode_agents for tr in trajs]), global_step)
+        log.episodes(returns, torch.cat([tr.episode_lengths for tr in rollouts]),
+                     torch.cat([tr.episode_agents for tr in rollouts]), global_step)
         elapsed = t3 - start
         sps = (global_step - self.start_step) / elapsed
-        busy = max(tr.collect_seconds for tr in trajs)
+        busy = max(tr.collect_seconds for tr in rollouts)
         # Sync: the learner waits while actors compute; what it waits beyond that is RPC, transfer
         # and dispatch. Async: actors compute while the learner trains, so every wait is idle.
         idle = t1 - t0 if cfg.mode == "async" else max(t1 - t0 - busy, 0.0)
         log.scalars({
             **{f"losses/{k}": v for k, v in metrics.items() if k != "grad_norm"},
-            "losses/explained_variance": explained_variance(batch["values"], batch["returns"]),
+            "losses/explained_variance": explained_variance(torch.cat([b["values"] for b in batch.values()]),
+                                                            torch.cat([b["returns"] for b in batch.values()])),
+            **{f"losses/{name}/explained_variance": explained_variance(b["values"], b["returns"]) for name, b in batch.items()},
             "losses/grad_norm": metrics["grad_norm"],
             "charts/learning_rate": lr,
             "charts/SPS": sps,
@@ -348,7 +359,7 @@ def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, contro
         learners.stop()
     finally:
         if coordinator.weights is not None:  # also on Ctrl-C or a NaN: the last good policy
-            export_policy(cfg.run_dir / "policy.pt", coordinator.weights, info, cfg)
+            export_policy(cfg.run_dir / "policy.pt", coordinator.weights, info, cfg, learners.learner.specs)
         logger.close()
     if result.reason == "target":
         logger.print(f"solved: mean return {result.mean_return:.1f} over the last 100 episodes reached "

@@ -11,38 +11,71 @@ import sys
 from pathlib import Path
 
 
-def evaluate(run_dir: Path, episodes: int, seed: int, sample: bool) -> dict[str, list[float]]:
+def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
+    """Each agent's returns over its first `episodes` whole episodes, one env copy, actions from
+    `act(g, spec, obs [1, n_g, env_obs_dim] tensor) -> actions [1, n_g, ...]` for each policy g."""
     import numpy as np
     import torch
 
-    from envs import make_batched
-    from marl.models import sample as sample_actions
-    from marl.policy_file import load_policy
+    from envs import make_agent_batch
 
-    model, meta = load_policy(run_dir / "policy.pt")
-    agents = meta["agents"]
-    env = make_batched(meta["env"], agents, copies=1)
+    env = make_agent_batch(info, 1, [list(s.agents) for s in specs])
     obs = env.reset(seed=seed)
-    returns = [[] for _ in range(agents)]
-    running = np.zeros(agents)
-    resetting = np.zeros(agents, dtype=bool)  # the next step of this agent is an autoreset step
-    generator = torch.Generator().manual_seed(seed)
-    kind = meta["model"]["action_kind"]
+    valid = [a.copy() for a in env.active]
+    returns: list[list[float]] = [[] for _ in info.agent_ids]
+    running = [np.zeros(a.shape) for a in valid]
     with torch.inference_mode():
         while min(len(r) for r in returns) < episodes:
-            pd, _ = model(torch.from_numpy(obs[0]).float())
-            if sample:
-                action, _ = sample_actions(pd, kind, generator)
-            else:
-                action = pd.argmax(-1) if kind == "discrete" else pd.chunk(2, dim=-1)[0]
-            obs, rew, term, trunc = env.step(action.numpy()[None])
-            running += np.where(resetting, 0.0, rew[0])
-            done = (term[0] | trunc[0]) & ~resetting
-            for a in np.flatnonzero(done):
-                returns[a].append(float(running[a]))
-                running[a] = 0.0
-            resetting = done
-    return {agent_id: r[:episodes] for agent_id, r in zip(meta["agent_ids"], returns)}
+            actions = [act(g, spec, torch.from_numpy(obs[g]).float()).numpy() for g, spec in enumerate(specs)]
+            obs, rew, term, trunc, active = env.step(actions)
+            for g, spec in enumerate(specs):
+                running[g] += np.where(valid[g], rew[g], 0.0)
+                done = (term[g] | trunc[g]) & valid[g]
+                for _, j in zip(*np.nonzero(done)):
+                    returns[spec.agents[j]].append(float(running[g][0, j]))
+                    running[g][0, j] = 0.0
+                valid[g] = active[g].copy()
+    env.close()
+    return {agent_id: r[:episodes] for agent_id, r in zip(info.agent_ids, returns)}
+
+
+def evaluate(run_dir: Path, episodes: int, seed: int, sample: bool) -> dict[str, list[float]]:
+    """Play the run's exported policy: its most likely actions, or sampled ones."""
+    import torch
+
+    from envs import describe
+    from marl.models import sample as sample_actions
+    from marl.policies import actor_input
+    from marl.policy_file import load_policy
+
+    model, specs, meta = load_policy(run_dir / "policy.pt")
+    info = describe(meta["env"], meta["agents"], meta["env_kwargs"])
+    generator = torch.Generator().manual_seed(seed)
+
+    def act(g, spec, obs):
+        pd, _ = model.policies[spec.name](actor_input(spec, obs).reshape(-1, spec.obs_dim))
+        if sample:
+            action, _ = sample_actions(pd, spec.action_kind, generator)
+        else:
+            action = pd.argmax(-1) if spec.action_kind == "discrete" else pd.chunk(2, dim=-1)[0]
+        return action.reshape(*obs.shape[:2], *spec.action_shape)
+
+    return play(info, specs, act, episodes, seed)
+
+
+def random_returns(info, specs, episodes: int, seed: int) -> dict[str, list[float]]:
+    """The baseline a trained policy must beat: uniformly random actions (Box: standard normal, then clipped by the env)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+
+    def act(g, spec, obs):
+        shape = (*obs.shape[:2], *spec.action_shape)
+        if spec.action_kind == "discrete":
+            return torch.randint(spec.num_actions, shape, generator=generator)
+        return torch.randn(shape, generator=generator)
+
+    return play(info, specs, act, episodes, seed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,17 +9,18 @@ the same order. Nothing here knows about RPC or actors.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
-
-from pathlib import Path
 
 from envs import EnvInfo
 from marl import checkpoint
 from marl.algorithms import ppo_loss
 from marl.config import Config
-from marl.models import ActorCritic, build_model, entropy, log_prob
+from marl.models import PolicySet, build_model, entropy, log_prob
+from marl.policies import PolicySpec, specs_of
 
 _STOP, _TRAIN, _GATHER, _SAVE = 0, 1, 2, 3
 
@@ -36,8 +37,8 @@ METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "gra
 MIN_BLOCK_PARAMS = 1_000_000
 
 
-def parallelize(model: ActorCritic, mesh: DeviceMesh | None, precision: str, min_block_params: int = MIN_BLOCK_PARAMS,
-                activation_checkpointing: bool = False) -> ActorCritic:
+def parallelize(model: PolicySet, mesh: DeviceMesh | None, precision: str, min_block_params: int = MIN_BLOCK_PARAMS,
+                activation_checkpointing: bool = False) -> PolicySet:
     """Optionally checkpoint each block's activations, then shard each block big enough to be worth
     it, then the root (which takes every other parameter): TorchTitan's order, AC before FSDP.
     With no mesh, only the activation checkpointing is applied."""
@@ -46,9 +47,10 @@ def parallelize(model: ActorCritic, mesh: DeviceMesh | None, precision: str, min
 
     if activation_checkpointing:
         # Recompute each block's activations in backward instead of keeping them from forward.
-        for mlp in (model.actor, model.critic):
-            for i, block in enumerate(mlp.blocks):
-                mlp.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
+        for policy in model.policies.values():
+            for mlp in (policy.actor, policy.critic):
+                for i, block in enumerate(mlp.blocks):
+                    mlp.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
     if mesh is None:
         return model
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -66,22 +68,26 @@ def parallelize(model: ActorCritic, mesh: DeviceMesh | None, precision: str, min
     return model
 
 
-def sample_fields(info: EnvInfo) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Per-sample shape and dtype of each field of a training batch."""
+def sample_fields(spec: PolicySpec) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Per-sample shape and dtype of each field of one policy's training batch."""
     scalar = ((), torch.float32)
-    return {"obs": (info.obs_shape, torch.float32), "actions": (info.action_shape, info.action_dtype),
-            "logprobs": scalar, "values": scalar, "advantages": scalar, "returns": scalar}
+    fields = {"obs": ((spec.obs_dim,), torch.float32), "actions": (spec.action_shape, spec.action_dtype),
+              "logprobs": scalar, "values": scalar, "advantages": scalar, "returns": scalar}
+    if spec.central:
+        fields["critic_obs"] = ((spec.critic_dim,), torch.float32)
+    return fields
 
 
 class Learner:
     def __init__(self, cfg: Config, info: EnvInfo, group: dist.ProcessGroup, device: torch.device,
                  min_block_params: int = MIN_BLOCK_PARAMS):
         self.cfg, self.info, self.group, self.device = cfg, info, group, device
+        self.specs = specs_of(cfg, info)
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         # Every rank must start from the same full weights: fully_shard keeps each rank's own slice.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
-            model = build_model(info, cfg.hidden_sizes)
+            model = build_model(self.specs, cfg.hidden_sizes)
         model = model.to(device)
         self.sharded = self.world > 1 or cfg.precision != "fp32"
         if self.sharded:
@@ -100,27 +106,37 @@ class Learner:
         if cfg.resume:
             checkpoint.load(self, Path(cfg.resume))  # a collective, like everything a Learner does with the group
 
-    def update(self, shard: dict[str, torch.Tensor], lr: float) -> dict[str, float]:
-        """PPO epochs over this rank's shard; returns metrics averaged over minibatches and ranks."""
-        cfg, kind = self.cfg, self.info.action_kind
+    def update(self, shards: dict[str, dict[str, torch.Tensor]], lr: float) -> dict[str, float]:
+        """PPO epochs over this rank's shard of every policy's samples: each minibatch step sums the
+        policies' losses, so one optimizer step updates them all. Returns metrics averaged over
+        minibatches and ranks: per policy as `<policy>/<metric>`, and over policies as `<metric>`."""
+        cfg, specs = self.cfg, self.specs
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        data = {k: v.to(self.device, non_blocking=True) for k, v in shard.items()}
-        n = data["obs"].shape[0]
-        mb = n // cfg.num_minibatches
-        totals = torch.zeros(len(METRICS), device=self.device)
+        data = {s.name: {k: v.to(self.device, non_blocking=True) for k, v in shards[s.name].items()} for s in specs}
+        K = cfg.num_minibatches
+        sizes = {name: d["obs"].shape[0] // K for name, d in data.items()}
+        per_policy = len(METRICS) - 1
+        totals = torch.zeros(len(specs) * per_policy + 1, device=self.device)
         count = 0
         for epoch in range(cfg.update_epochs):
-            perm = torch.randperm(n, generator=self.generator).to(self.device)
+            perms = {name: torch.randperm(d["obs"].shape[0], generator=self.generator).to(self.device)
+                     for name, d in data.items()}
             epoch_kl = torch.zeros((), device=self.device)
-            for k in range(cfg.num_minibatches):
-                idx = perm[k * mb:(k + 1) * mb]
-                pd, value = self.model(data["obs"][idx])
-                pd, value = pd.float(), value.float()
-                loss, stats = ppo_loss(
-                    log_prob(pd, kind, data["actions"][idx]), data["logprobs"][idx], data["advantages"][idx],
-                    value, data["values"][idx], data["returns"][idx], entropy(pd, kind),
-                    clip_coef=cfg.clip_coef, clip_vloss=cfg.clip_vloss, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
+            for k in range(K):
+                mb = {name: {f: v[perms[name][k * sizes[name]:(k + 1) * sizes[name]]] for f, v in d.items()}
+                      for name, d in data.items()}
+                out = self.model({name: (m["obs"], m.get("critic_obs")) for name, m in mb.items()})
+                loss, stats = 0.0, []
+                for spec in specs:
+                    m, (pd, value) = mb[spec.name], out[spec.name]
+                    pd, value = pd.float(), value.float()
+                    policy_loss, policy_stats = ppo_loss(
+                        log_prob(pd, spec.action_kind, m["actions"]), m["logprobs"], m["advantages"], value,
+                        m["values"], m["returns"], entropy(pd, spec.action_kind), clip_coef=cfg.clip_coef,
+                        clip_vloss=cfg.clip_vloss, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
+                    loss = loss + policy_loss
+                    stats.extend(policy_stats[name] for name in METRICS[:-1])
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
@@ -131,16 +147,24 @@ class Learner:
                     raise NonFiniteError(f"the loss or its gradients became NaN or Inf (epoch {epoch + 1}, "
                                          f"minibatch {k + 1}); the weights were left as they were before this step")
                 self.optimizer.step()
-                totals += torch.stack([*(stats[m] for m in METRICS[:-1]), grad_norm.detach().float()])
-                epoch_kl += stats["approx_kl"]
+                step_stats = torch.stack([*stats, grad_norm.detach().float()])
+                totals += step_stats
+                epoch_kl += step_stats[METRICS.index("approx_kl"):-1:per_policy].mean()
                 count += 1
             if cfg.target_kl is not None:
                 # Every rank must stop after the same epoch, or the next collective deadlocks.
                 dist.all_reduce(epoch_kl, group=self.group)
-                if epoch_kl.item() / (self.world * cfg.num_minibatches) > cfg.target_kl:
+                if epoch_kl.item() / (self.world * K) > cfg.target_kl:
                     break
         dist.all_reduce(totals, group=self.group)
-        return dict(zip(METRICS, (totals / (count * self.world)).tolist()))
+        means = (totals / (count * self.world)).tolist()
+        metrics = {"grad_norm": means[-1]}
+        for j, name in enumerate(METRICS[:-1]):
+            values = means[j:-1:per_policy]
+            metrics[name] = sum(values) / len(values)
+            for spec, v in zip(specs, values):
+                metrics[f"{spec.name}/{name}"] = v
+        return metrics
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Unsharded CPU weights (a collective: every rank calls it; rank 0 receives them)."""
@@ -161,33 +185,39 @@ class LearnerGroup:
 
     def __init__(self, learner: Learner):
         self.learner = learner
-        self.fields = sample_fields(learner.info)
         self.generator = torch.Generator().manual_seed(learner.cfg.seed)
 
-    def _header(self, command: int, arg: int = 0, lr: float = 0.0) -> None:
-        header = torch.tensor([command, arg, lr], dtype=torch.float64, device=self.learner.device)
+    def _header(self, command: int, arg: int = 0, lr: float = 0.0, per_rank: list[int] | None = None) -> None:
+        # [command, arg, lr, then each policy's samples per rank]: one broadcast, a fixed size every rank knows.
+        sizes = per_rank or [0] * len(self.learner.specs)
+        header = torch.tensor([command, arg, lr, *sizes], dtype=torch.float64, device=self.learner.device)
         dist.broadcast(header, group=self.learner.group, group_src=0)
 
-    def update(self, batch: dict[str, torch.Tensor], lr: float) -> tuple[dict[str, float], int]:
-        """One PPO update on `batch` (flat samples on CPU). Returns the metrics and the samples used.
+    def update(self, batches: dict[str, dict[str, torch.Tensor]], lr: float) -> tuple[dict[str, float], int]:
+        """One PPO update on each policy's batch (flat samples on CPU). Returns the metrics and the samples used.
 
-        Samples are shuffled, then cut to a multiple of ranks x minibatches (a few at most are
-        dropped when masked steps make the batch size odd), so that every rank does the same
-        number of equal minibatch steps.
+        Each policy's samples are shuffled, then cut to a multiple of ranks x minibatches (a few at
+        most are dropped when masked steps make the batch size odd), so that every rank does the
+        same number of equal minibatch steps.
         """
         L, K = self.learner.world, self.learner.cfg.num_minibatches
-        n = batch["obs"].shape[0]
-        per_rank = (n // (L * K)) * K
-        if per_rank == 0:
-            raise RuntimeError(f"batch of {n} samples is too small for {L} learner(s) x {K} minibatches")
-        perm = torch.randperm(n, generator=self.generator)[: per_rank * L]
-        self._header(_TRAIN, per_rank, lr)
+        sizes, perms = [], {}
+        for spec in self.learner.specs:
+            n = batches[spec.name]["obs"].shape[0]
+            per_rank = (n // (L * K)) * K
+            if per_rank == 0:
+                raise RuntimeError(f"policy {spec.name}: a batch of {n} samples is too small for {L} learner(s) x {K} minibatches")
+            sizes.append(per_rank)
+            perms[spec.name] = torch.randperm(n, generator=self.generator)[: per_rank * L]
+        self._header(_TRAIN, 0, lr, sizes)
         own = {}
-        for key in self.fields:
-            chunks = [c.to(self.learner.device).contiguous() for c in batch[key][perm].split(per_rank)]
-            own[key] = torch.empty_like(chunks[0])
-            dist.scatter(own[key], chunks, group=self.learner.group, group_src=0)
-        return self.learner.update(own, lr), per_rank * L
+        for spec, per_rank in zip(self.learner.specs, sizes):
+            batch, own[spec.name] = batches[spec.name], {}
+            for key in sample_fields(spec):
+                chunks = [c.to(self.learner.device).contiguous() for c in batch[key][perms[spec.name]].split(per_rank)]
+                own[spec.name][key] = torch.empty_like(chunks[0])
+                dist.scatter(own[spec.name][key], chunks, group=self.learner.group, group_src=0)
+        return self.learner.update(own, lr), sum(sizes) * L
 
     def gather(self) -> dict[str, torch.Tensor]:
         self._header(_GATHER)
@@ -210,8 +240,7 @@ class LearnerGroup:
 
 def follow(learner: Learner) -> None:
     """Learner ranks > 0: do what rank 0's LearnerGroup broadcasts, until it says stop."""
-    fields = sample_fields(learner.info)
-    header = torch.empty(3, dtype=torch.float64, device=learner.device)
+    header = torch.empty(3 + len(learner.specs), dtype=torch.float64, device=learner.device)
     while True:
         dist.broadcast(header, group=learner.group, group_src=0)
         command, arg, lr = int(header[0]), int(header[1]), float(header[2])
@@ -223,12 +252,13 @@ def follow(learner: Learner) -> None:
         if command == _SAVE:
             checkpoint.save(learner, learner.cfg.run_dir, arg, None, learner.cfg.keep_checkpoints)
             continue
-        per_rank = arg
-        shard = {}
-        for key, (shape, dtype) in fields.items():
-            shard[key] = torch.empty((per_rank, *shape), dtype=dtype, device=learner.device)
-            dist.scatter(shard[key], None, group=learner.group, group_src=0)
+        shards = {}
+        for spec, per_rank in zip(learner.specs, header[3:].long().tolist()):
+            shards[spec.name] = {}
+            for key, (shape, dtype) in sample_fields(spec).items():
+                shards[spec.name][key] = torch.empty((per_rank, *shape), dtype=dtype, device=learner.device)
+                dist.scatter(shards[spec.name][key], None, group=learner.group, group_src=0)
         try:
-            learner.update(shard, lr)
+            learner.update(shards, lr)
         except NonFiniteError:
             return  # rank 0 met the same global norm and reports it

@@ -1,7 +1,7 @@
 """Actor-critic networks and the action distributions they parameterise.
 
-The network is plain PyTorch: the learner shards it (`learner.parallelize`), the actors run a
-CPU copy of it as is. Its `blocks` are the units FSDP2 shards one by one.
+The networks are plain PyTorch: the learner shards them (`learner.parallelize`), the actors run a
+CPU copy as is. Their `blocks` are the units FSDP2 may shard one by one.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import math
 import torch
 from torch import nn
 
-from envs import EnvInfo
 
 
 def _layer(n_in: int, n_out: int, std: float) -> nn.Linear:
@@ -48,30 +47,52 @@ class MLP(nn.Module):
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs (as CleanRL's ppo.py).
 
-    forward(obs) -> (pd, value): `pd` holds the distribution's parameters, logits [B, n] for
-    Discrete actions, [mean, log_std] concatenated [B, 2n] for Box actions.
+    forward(obs, critic_obs) -> (pd, value): `pd` holds the distribution's parameters, logits
+    [B, n] for Discrete actions, [mean, log_std] concatenated [B, 2n] for Box actions. The critic
+    reads `critic_obs` where it is given (a centralized critic's global state, as in MAPPO), else
+    the actor's own observation.
     """
 
-    def __init__(self, obs_dim: int, action_kind: str, num_actions: int, hidden: tuple[int, ...]):
+    def __init__(self, obs_dim: int, action_kind: str, num_actions: int, hidden: tuple[int, ...],
+                 critic_dim: int | None = None):
         super().__init__()
         self.action_kind = action_kind
         self.actor = MLP(obs_dim, hidden, num_actions, head_std=0.01)
-        self.critic = MLP(obs_dim, hidden, 1, head_std=1.0)
+        self.critic = MLP(critic_dim or obs_dim, hidden, 1, head_std=1.0)
         self.log_std = nn.Parameter(torch.zeros(num_actions)) if action_kind == "box" else None
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         pd = self.actor(obs)
         if self.log_std is not None:
             pd = torch.cat([pd, self.log_std.to(pd.dtype).expand_as(pd)], dim=-1)
         # A reduction rather than squeeze(): FSDP2 warns when a sharded root returns a view.
-        return pd, self.critic(obs).sum(-1)
+        return pd, self.critic(obs if critic_obs is None else critic_obs).sum(-1)
 
     def blocks(self) -> list[nn.Module]:
         return [*self.actor.blocks, *self.critic.blocks]
 
 
-def build_model(info: EnvInfo, hidden: tuple[int, ...]) -> ActorCritic:
-    return ActorCritic(info.obs_dim, info.action_kind, info.num_actions, tuple(hidden))
+class PolicySet(nn.Module):
+    """Every policy of a run in one module, so that one FSDP2 root and one optimizer step cover them all.
+
+    forward({policy: (obs, critic_obs or None)}) -> {policy: (pd, value)}: one call for all
+    policies, because FSDP2 gathers the root's parameters in the root's own forward.
+    """
+
+    def __init__(self, specs, hidden: tuple[int, ...]):
+        super().__init__()
+        self.policies = nn.ModuleDict({s.name: ActorCritic(s.obs_dim, s.action_kind, s.num_actions, tuple(hidden),
+                                                           s.critic_dim) for s in specs})
+
+    def forward(self, inputs: dict[str, tuple[torch.Tensor, torch.Tensor | None]]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        return {name: self.policies[name](obs, critic_obs) for name, (obs, critic_obs) in inputs.items()}
+
+    def blocks(self) -> list[nn.Module]:
+        return [b for p in self.policies.values() for b in p.blocks()]
+
+
+def build_model(specs, hidden: tuple[int, ...]) -> PolicySet:
+    return PolicySet(specs, tuple(hidden))
 
 
 def sample(pd: torch.Tensor, kind: str, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:

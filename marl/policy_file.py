@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -10,18 +11,21 @@ import torch
 
 from envs import EnvInfo
 from marl.config import Config
-from marl.models import ActorCritic
+from marl.models import PolicySet, build_model
+from marl.policies import PolicySpec
 
 
-def export_policy(path: Path, weights: dict[str, torch.Tensor], info: EnvInfo, cfg: Config) -> None:
-    """Write the full weights and what it takes to rebuild the network; atomically (temp + rename),
-    so that a crash while writing never leaves a half file under the real name."""
+def export_policy(path: Path, weights: dict[str, torch.Tensor], info: EnvInfo, cfg: Config,
+                  specs: tuple[PolicySpec, ...]) -> None:
+    """Write the full weights and what it takes to rebuild the networks and feed them; atomically
+    (temp + rename), so that a crash while writing never leaves a half file under the real name."""
     payload = {
         "state_dict": weights,
-        "model": {"obs_dim": info.obs_dim, "action_kind": info.action_kind, "num_actions": info.num_actions,
-                  "hidden_sizes": list(cfg.hidden_sizes)},
+        "policies": [{k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(s).items()} for s in specs],
+        "hidden_sizes": list(cfg.hidden_sizes),
         "env": cfg.env,
-        "agents": cfg.agents,
+        "env_kwargs": dict(cfg.env_kwargs),
+        "agents": len(info.agent_ids),
         "agent_ids": list(info.agent_ids),
     }
     tmp = path.with_name(path.name + ".tmp")
@@ -29,10 +33,11 @@ def export_policy(path: Path, weights: dict[str, torch.Tensor], info: EnvInfo, c
     os.replace(tmp, path)
 
 
-def load_policy(path: Path) -> tuple[ActorCritic, dict]:
-    """The exported network, ready to act, and the payload's metadata."""
+def load_policy(path: Path) -> tuple[PolicySet, tuple[PolicySpec, ...], dict]:
+    """The exported networks, ready to act, their specs, and the payload's metadata."""
     payload = torch.load(path, weights_only=True)
-    m = payload["model"]
-    model = ActorCritic(m["obs_dim"], m["action_kind"], m["num_actions"], tuple(m["hidden_sizes"]))
+    specs = tuple(PolicySpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in p.items()})
+                  for p in payload["policies"])
+    model = build_model(specs, tuple(payload["hidden_sizes"]))
     model.load_state_dict(payload["state_dict"])
-    return model.eval(), payload
+    return model.eval(), specs, payload

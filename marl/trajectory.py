@@ -1,4 +1,4 @@
-"""The batch of experience that crosses from an actor to the coordinator, as torch tensors."""
+"""The experience that crosses from an actor to the coordinator, as torch tensors."""
 
 from __future__ import annotations
 
@@ -9,34 +9,47 @@ import torch
 
 @dataclass
 class Trajectory:
-    """T steps of E env copies x N agents, from one actor request.
+    """T steps of E env copies x the n agents of one policy, from one actor request.
 
-    Per-step fields are [T, E, N, ...]; the agent axis is the env's agent order (`EnvInfo.agent_ids`).
-    `valid` is False on steps that are not transitions (an autoreset step, or a slot that has
-    finished its episodes in `--rollout episodes`); they must not enter a training batch.
+    Per-step fields are [T, E, n, ...]; the agent axis is the policy's agents in the env's agent
+    order (`PolicySpec.agents`). `valid` is False on steps that are not transitions (an autoreset
+    step, an agent that has left its episode, or a slot that has finished its episodes in
+    `--rollout episodes`); they must not enter a training batch.
     """
 
-    obs: torch.Tensor  # [T, E, N, *obs_shape] float32, the observation acted on
-    actions: torch.Tensor  # [T, E, N, *action_shape]
-    logprobs: torch.Tensor  # [T, E, N] log pi_behaviour(a|o)
-    values: torch.Tensor  # [T, E, N] V(o) of the behaviour policy
-    rewards: torch.Tensor  # [T, E, N]
-    terminated: torch.Tensor  # [T, E, N] bool
-    truncated: torch.Tensor  # [T, E, N] bool
-    valid: torch.Tensor  # [T, E, N] bool
-    bootstrap_value: torch.Tensor  # [T, E, N] V(final observation) where truncated, else 0
-    next_value: torch.Tensor  # [E, N] V of the observation after the last step
+    obs: torch.Tensor  # [T, E, n, obs_dim] float32, the actor's input (agent one-hot included)
+    actions: torch.Tensor  # [T, E, n, *action_shape]
+    logprobs: torch.Tensor  # [T, E, n] log pi_behaviour(a|o)
+    values: torch.Tensor  # [T, E, n] V of the behaviour policy
+    rewards: torch.Tensor  # [T, E, n]
+    terminated: torch.Tensor  # [T, E, n] bool
+    truncated: torch.Tensor  # [T, E, n] bool
+    valid: torch.Tensor  # [T, E, n] bool
+    bootstrap_value: torch.Tensor  # [T, E, n] V(final observation) where truncated, else 0
+    next_value: torch.Tensor  # [E, n] V of the observation after the last step
+    critic_obs: torch.Tensor | None = None  # [T, E, n, critic_dim]: the centralized critic's input, only with --critic central
+
+    @property
+    def steps(self) -> int:
+        """Agent-steps that were real transitions."""
+        return int(self.valid.sum())
+
+
+@dataclass
+class Rollout:
+    """One actor request's result: a Trajectory per policy, and the episodes that finished."""
+
+    trajectories: dict[str, Trajectory]
     episode_returns: torch.Tensor  # [K] float64, one per episode finished in this rollout
     episode_lengths: torch.Tensor  # [K] int64
-    episode_agents: torch.Tensor  # [K] int64 index into the agent order
+    episode_agents: torch.Tensor  # [K] int64 index into the env's agent order
     policy_version: int
     actor: int
     collect_seconds: float  # actor-side wall time of the rollout
 
     @property
     def steps(self) -> int:
-        """Agent-steps that were real transitions."""
-        return int(self.valid.sum())
+        return sum(tr.steps for tr in self.trajectories.values())
 
 
 def flatten_valid(traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -47,7 +60,7 @@ def flatten_valid(traj: Trajectory, advantages: torch.Tensor, returns: torch.Ten
     def flat(x: torch.Tensor) -> torch.Tensor:
         return x.reshape(lead, *x.shape[3:])[mask]
 
-    return {
+    samples = {
         "obs": flat(traj.obs),
         "actions": flat(traj.actions),
         "logprobs": flat(traj.logprobs),
@@ -55,3 +68,6 @@ def flatten_valid(traj: Trajectory, advantages: torch.Tensor, returns: torch.Ten
         "advantages": flat(advantages),
         "returns": flat(returns),
     }
+    if traj.critic_obs is not None:
+        samples["critic_obs"] = flat(traj.critic_obs)
+    return samples

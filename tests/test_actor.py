@@ -4,10 +4,11 @@ import dataclasses
 
 import torch
 
-from envs import describe, make_batched
+from envs import describe, make_agent_batch
 from marl.actor import RolloutWorker
 from marl.config import Config
 from marl.models import build_model
+from marl.policies import specs_of
 
 
 def make_worker(**overrides) -> RolloutWorker:
@@ -15,34 +16,57 @@ def make_worker(**overrides) -> RolloutWorker:
     return RolloutWorker(cfg, describe(cfg.env, cfg.agents), index=0)
 
 
-def weights(cfg_hidden=(64, 64)):
+def weights(**overrides):
     torch.manual_seed(0)
-    return build_model(describe("CartPole-v1", 3), cfg_hidden).state_dict()
+    cfg = dataclasses.replace(Config(), **overrides)
+    return build_model(specs_of(cfg, describe("CartPole-v1", 3)), cfg.hidden_sizes).state_dict()
+
+
+def collect(w: RolloutWorker, sd):
+    """The rollout of the worker's one policy."""
+    rollout = w.collect(0, sd)
+    (tr,) = rollout.trajectories.values()
+    return rollout, tr
 
 
 def test_rollout_shapes_masks_and_episode_statistics():
     w = make_worker()
-    tr = w.collect(0, weights())
+    ro, tr = collect(w, weights())
     T, E, N = 200, 2, 3
     assert tr.obs.shape == (T, E, N, 4) and tr.actions.shape == (T, E, N) and tr.next_value.shape == (E, N)
-    assert tr.policy_version == 0 and tr.actor == 0
+    assert ro.policy_version == 0 and ro.actor == 0 and tr.critic_obs is None
     done = tr.terminated | tr.truncated
     # The step after a done is an autoreset step: invalid, and only those are.
     assert torch.equal(tr.valid[1:], ~done[:-1])
     assert tr.valid[0].all()
-    assert tr.episode_returns.numel() == int(done.sum()) > 0
+    assert ro.episode_returns.numel() == int(done.sum()) > 0
     # CartPole pays 1 per step, so each finished episode's return is its length.
-    assert torch.equal(tr.episode_returns, tr.episode_lengths.double())
-    assert tr.steps == int(tr.valid.sum())
+    assert torch.equal(ro.episode_returns, ro.episode_lengths.double())
+    assert ro.steps == tr.steps == int(tr.valid.sum())
     # Agent ids of finished episodes index the agent axis.
-    assert sorted(set(tr.episode_agents.tolist())) <= [0, 1, 2]
+    assert sorted(set(ro.episode_agents.tolist())) <= [0, 1, 2]
+
+
+def test_agent_ids_and_a_central_critic_reach_the_networks_inputs():
+    overrides = dict(agent_id_input=True, critic="central")
+    w = make_worker(num_steps=5, **overrides)
+    ro, tr = collect(w, weights(**overrides))
+    # The actor sees its observation and its one-hot; the critic the state (every agent's
+    # observation, then the alive mask) and the same one-hot.
+    assert tr.obs.shape == (5, 2, 3, 4 + 3) and tr.critic_obs.shape == (5, 2, 3, 3 * 4 + 3 + 3)
+    assert torch.equal(tr.obs[..., 4:], torch.eye(3).expand(5, 2, 3, 3))
+    assert torch.equal(tr.critic_obs[..., -3:], tr.obs[..., 4:])
+    for n in range(3):
+        # Every agent's critic input holds every agent's observation, in the env's agent order.
+        assert torch.equal(tr.critic_obs[:, :, n, 4 * n:4 * n + 4], tr.obs[:, :, n, :4])
+        assert torch.equal(tr.critic_obs[:, :, n, :15], tr.critic_obs[:, :, 0, :15])
 
 
 def test_episodes_continue_across_requests():
     w = make_worker(num_steps=5)
     sd = weights()
-    a = w.collect(0, sd)
-    b = w.collect(0, None)  # same version: no weights sent
+    _, a = collect(w, sd)
+    _, b = collect(w, None)  # same version: no weights sent
     # The second rollout starts where the first stopped: its first obs is not a fresh reset everywhere.
     assert not torch.equal(a.obs[0], b.obs[0])
     assert b.valid[0].all() or (a.terminated[-1] | a.truncated[-1]).any()
@@ -51,21 +75,21 @@ def test_episodes_continue_across_requests():
 def test_truncation_bootstraps_from_the_value_of_the_final_observation():
     # A 10-step time limit truncates every episode that survives it.
     w = make_worker(num_steps=40)
-    w.env = make_batched("CartPole-v1", 3, 2, max_episode_steps=10)
-    w.obs = torch.from_numpy(w.env.reset(seed=0)).float()
-    tr = w.collect(0, weights())
+    w.env = make_agent_batch(describe("CartPole-v1", 3, {"max_episode_steps": 10}), 2, [[0, 1, 2]])
+    w._reset(0)
+    _, tr = collect(w, weights())
     assert tr.truncated.any()
     with torch.inference_mode():
         for t, e, n in tr.truncated.nonzero().tolist():
-            final_obs = tr.obs[t + 1, e, n] if t + 1 < tr.obs.shape[0] else w.obs[e, n]
-            _, v = w.policy(final_obs.unsqueeze(0))
+            final_obs = tr.obs[t + 1, e, n] if t + 1 < tr.obs.shape[0] else w.obs[0][e, n]
+            _, v = w.policy.policies["shared"](final_obs.unsqueeze(0))
             assert torch.allclose(tr.bootstrap_value[t, e, n], v[0], atol=1e-6)
     assert torch.all(tr.bootstrap_value[~tr.truncated] == 0)
 
 
 def test_episode_rollouts_return_whole_episodes_per_slot():
     w = make_worker(rollout="episodes", episodes_per_request=2)
-    tr = w.collect(0, weights())
+    ro, tr = collect(w, weights())
     done = (tr.terminated | tr.truncated) & tr.valid
     assert torch.equal(done.sum(0), torch.full((2, 3), 2))  # exactly K=2 finished episodes per slot
     # After each slot's second episode ends, nothing of it is valid any more.
@@ -73,7 +97,7 @@ def test_episode_rollouts_return_whole_episodes_per_slot():
         for n in range(3):
             last_end = done[:, e, n].nonzero().max()
             assert not tr.valid[last_end + 1:, e, n].any()
-    assert tr.episode_lengths.sum() == tr.valid.sum()
+    assert ro.episode_lengths.sum() == tr.valid.sum()
 
 
 def test_a_stale_version_without_weights_is_a_bug_not_silence():

@@ -27,18 +27,24 @@ def test_validate_fills_machine_dependent_defaults():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--agents", "-3"], "--agents must be at least 1, got -3"),
+    (["--agents", "-3"], "--agents must be at least 1 \\(or 0 for the env's own count\\), got -3"),
     (["--agents", "two"], "--agents expects int"),
     (["--actors", "0"], "--actors must be at least 1"),
     (["--envs-per-actor", "1.5"], "--envs-per-actor expects int"),
     (["--learning-rate", "-1"], "--learning-rate must be in"),
     (["--clip-coef", "2"], "--clip-coef must be in"),
-    (["--num-minibatches", "7"], "does not split into 7 minibatches"),
+    (["--agents", "8", "--num-minibatches", "7"], "does not split into 7 minibatches"),
     (["--precision", "fp8"], "invalid choice"),
     (["--bogus"], "unrecognized arguments"),
     (["--seed", "-1"], "--seed must be at least 0"),
-    (["--num-steps", "1", "--num-minibatches", "64"], "too small for 64 minibatches"),
-    (["--rollout", "episodes", "--num-minibatches", "1000"], "too small for 1000 minibatches"),
+    (["--agents", "8", "--num-steps", "1", "--num-minibatches", "64"], "too small for 64 minibatches"),
+    (["--agents", "8", "--rollout", "episodes", "--num-minibatches", "1000"], "too small for 1000 minibatches"),
+    (["--agents", "8", "--policies", "per-agent", "--num-steps", "4", "--num-minibatches", "32"],
+     "at most 32 agent-steps per policy is too small"),
+    (["--policies", "each"], "--policies must be shared, per-agent, or a JSON mapping"),
+    (["--policies", "{'a': 1}"], "--policies is not valid JSON"),
+    (["--env-kwargs", "[1, 2]"], "--env-kwargs expects a JSON object"),
+    (["--critic", "global"], "invalid choice"),
 ])
 def test_bad_values_are_one_line_usage_errors(argv, message):
     with pytest.raises(UsageError, match=message) as err:
@@ -78,3 +84,17 @@ def test_choices_set_in_a_toml_file_are_checked_too(tmp_path):
     path.write_text('mode = "asynk"\n')
     with pytest.raises(UsageError, match="--mode must be one of sync, async, got 'asynk' \\(did you mean 'async'\\?\\)"):
         validate(parse_args(["--config", str(path)]), gpus=0)
+
+
+def test_mappings_come_from_json_flags_or_toml_tables_and_round_trip(tmp_path):
+    cfg = parse_args(["--env-kwargs", '{"max_cycles": 25, "continuous_actions": false}',
+                      "--policies", '{"speaker_*": "speaker", "*": "listener"}'])
+    assert cfg.env_kwargs == {"max_cycles": 25, "continuous_actions": False}
+    assert list(cfg.policies.items()) == [("speaker_*", "speaker"), ("*", "listener")]  # order kept: first match wins
+    path = tmp_path / "c.toml"
+    path.write_text(to_toml(cfg))
+    assert Config(**load_toml(str(path))) == cfg
+    path.write_text('policies = "per-agent"\n[env_kwargs]\nN = 3\n')
+    cfg = parse_args(["--config", str(path)])
+    assert cfg.policies == "per-agent" and cfg.env_kwargs == {"N": 3}
+    assert Config().env_kwargs == {} and Config().env_kwargs is not Config().env_kwargs

@@ -18,17 +18,20 @@ CFG = dataclasses.replace(Config(), num_minibatches=1, update_epochs=1, seed=0, 
                           max_grad_norm=0.05)  # small enough that clipping really acts
 
 
-def make_batch(n: int = 64) -> dict[str, torch.Tensor]:
+def make_batch(n: int = 64, policies: tuple[str, ...] = ("shared",)) -> dict[str, dict[str, torch.Tensor]]:
+    """A CartPole-shaped PPO batch for each policy."""
     g = torch.Generator().manual_seed(123)
-    return {"obs": torch.randn(n, 4, generator=g), "actions": torch.randint(0, 2, (n,), generator=g),
-            "logprobs": torch.full((n,), -0.69) + 0.05 * torch.randn(n, generator=g),
-            "values": torch.randn(n, generator=g), "advantages": torch.randn(n, generator=g),
-            "returns": torch.randn(n, generator=g)}
+    return {p: {"obs": torch.randn(n, 4, generator=g), "actions": torch.randint(0, 2, (n,), generator=g),
+                "logprobs": torch.full((n,), -0.69) + 0.05 * torch.randn(n, generator=g),
+                "values": torch.randn(n, generator=g), "advantages": torch.randn(n, generator=g),
+                "returns": torch.randn(n, generator=g)} for p in policies}
 
 
-def _step(rank: int, world: int, precision: str, out: str, min_block_params: int, ac: bool) -> None:
-    cfg = dataclasses.replace(CFG, precision=precision, activation_checkpointing=ac)
-    learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"), min_block_params)
+def _step(rank: int, world: int, precision: str, out: str, min_block_params: int, ac: bool, agents: int) -> None:
+    # Two agents: one policy each (per-agent), both in one sharded module and one optimizer step.
+    cfg = dataclasses.replace(CFG, precision=precision, activation_checkpointing=ac,
+                              policies="shared" if agents == 1 else "per-agent")
+    learner = Learner(cfg, describe("CartPole-v1", agents), dist.group.WORLD, torch.device("cpu"), min_block_params)
     units = [m for m in learner.model.modules() if isinstance(m, FSDPModule)]
     if world == 1 and precision == "fp32":
         assert not units  # one fp32 rank: plain PyTorch, the reference the sharded runs must match
@@ -37,7 +40,7 @@ def _step(rank: int, world: int, precision: str, out: str, min_block_params: int
     if rank == 0:
         group = LearnerGroup(learner)
         before = group.gather()
-        metrics, used = group.update(make_batch(), lr=1e-2)
+        metrics, used = group.update(make_batch(policies=tuple(s.name for s in learner.specs)), lr=1e-2)
         after = group.gather()
         group.stop()
         torch.save({"before": before, "after": after, "metrics": metrics, "used": used}, out)
@@ -45,19 +48,20 @@ def _step(rank: int, world: int, precision: str, out: str, min_block_params: int
         follow(learner)
 
 
-def one_step(world: int, precision: str, tmp_path, min_block_params: int = 0, ac: bool = False) -> dict:
+def one_step(world: int, precision: str, tmp_path, min_block_params: int = 0, ac: bool = False, agents: int = 1) -> dict:
     """One update on `world` ranks; by default every block is its own FSDP unit (the big-model layout)."""
-    out = str(tmp_path / f"w{world}_{precision}_{min_block_params}_{ac}.pt")
-    run_ranks(_step, world, tmp_path, precision, out, min_block_params, ac)
+    out = str(tmp_path / f"w{world}_{precision}_{min_block_params}_{ac}_{agents}.pt")
+    run_ranks(_step, world, tmp_path, precision, out, min_block_params, ac, agents)
     return torch.load(out)
 
 
-@pytest.mark.parametrize("precision, tol, min_block_params", [
-    ("fp32", 1e-6, 0), ("bf16", 2e-2, 0), ("fp32", 1e-6, MIN_BLOCK_PARAMS)])
-def test_two_ranks_take_the_same_step_as_one(precision, tol, min_block_params, tmp_path):
-    one = one_step(1, precision, tmp_path, min_block_params)
-    two = one_step(2, precision, tmp_path, min_block_params)
-    assert one["used"] == two["used"] == 64
+@pytest.mark.parametrize("precision, tol, min_block_params, agents", [
+    ("fp32", 1e-6, 0, 1), ("bf16", 2e-2, 0, 1), ("fp32", 1e-6, MIN_BLOCK_PARAMS, 1), ("fp32", 1e-6, 0, 2)],
+    ids=["fp32", "bf16", "root-only", "two-policies"])
+def test_two_ranks_take_the_same_step_as_one(precision, tol, min_block_params, agents, tmp_path):
+    one = one_step(1, precision, tmp_path, min_block_params, agents=agents)
+    two = one_step(2, precision, tmp_path, min_block_params, agents=agents)
+    assert one["used"] == two["used"] == 64 * agents
     for key in one["before"]:
         torch.testing.assert_close(one["before"][key], two["before"][key], rtol=0, atol=0)  # same start
     moved = 0
@@ -69,7 +73,8 @@ def test_two_ranks_take_the_same_step_as_one(precision, tol, min_block_params, t
     # Clipping used the same global norm (over both ranks' shards), and it was active.
     assert two["metrics"]["grad_norm"] == pytest.approx(one["metrics"]["grad_norm"], rel=tol, abs=tol)
     assert one["metrics"]["grad_norm"] > CFG.max_grad_norm
-    for name in ("policy_loss", "value_loss", "entropy"):
+    names = ("policy_loss", "value_loss", "entropy")
+    for name in [*names, *(f"agent_{i}/{n}" for i in range(agents) for n in names if agents > 1)]:
         assert two["metrics"][name] == pytest.approx(one["metrics"][name], rel=tol, abs=tol)
 
 
@@ -77,14 +82,15 @@ def test_one_rank_step_matches_a_hand_written_step(tmp_path):
     """The learner's update against the same loss and optimizer step written out here."""
     from marl.algorithms import ppo_loss
     from marl.models import build_model, entropy, log_prob
+    from marl.policies import specs_of
 
     got = one_step(1, "fp32", tmp_path)
     torch.manual_seed(CFG.seed)
-    model = build_model(describe("CartPole-v1", 1), CFG.hidden_sizes)
+    model = build_model(specs_of(CFG, describe("CartPole-v1", 1)), CFG.hidden_sizes)
     model.load_state_dict(got["before"])
     opt = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-5)
-    b = make_batch()
-    pd, v = model(b["obs"])
+    b = make_batch()["shared"]
+    pd, v = model.policies["shared"](b["obs"])
     loss, _ = ppo_loss(log_prob(pd, "discrete", b["actions"]), b["logprobs"], b["advantages"], v, b["values"],
                        b["returns"], entropy(pd, "discrete"), clip_coef=CFG.clip_coef, clip_vloss=CFG.clip_vloss,
                        vf_coef=CFG.vf_coef, ent_coef=CFG.ent_coef)

@@ -94,7 +94,7 @@ def test_unknown_env_is_one_clear_line_and_exit_2(train):
 def test_negative_agents_is_one_clear_line_and_exit_2(train):
     r = train("--agents", "-2")
     assert r.returncode == 2
-    assert r.stderr.strip() == "error: --agents must be at least 1, got -2"
+    assert r.stderr.strip() == "error: --agents must be at least 1 (or 0 for the env's own count), got -2"
     assert not train.survivors()
 
 
@@ -181,6 +181,15 @@ def test_a_non_finite_loss_stops_the_run_with_a_clear_message(train):
     assert not train.survivors()
 
 
+def test_a_non_finite_loss_keeps_the_last_good_checkpoint(train):
+    r = train("--env", "tests.nan_env:NanRewardLate-v0", "--agents", "2", "--checkpoint-every", "1", "--run-name", "late")
+    assert r.returncode == 1 and "iteration 4" in r.stderr, r.stderr[-2000:]
+    ckpts = sorted(p.name for p in (train.logdir / "late" / "checkpoints").iterdir())
+    assert ckpts == ["iter_000002", "iter_000003"]  # nothing of the bad iteration, not even a temporary
+    r = train("--resume", str(train.logdir / "late"), "--total-steps", "1", logdir=False)
+    assert r.returncode == 0 and "resumed from" in r.stdout and "iteration 3" in r.stdout, r.stderr[-2000:]
+
+
 def read_until(proc, text: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -223,7 +232,7 @@ def test_an_actor_killed_mid_run_is_dropped_and_the_run_finishes(train):
     finally:
         proc.kill()
     assert proc.returncode == 0, err[-3000:]
-    assert "actor 1 failed and is dropped (2 of 3 left)" in out
+    assert "actor 1 failed and is dropped (2 of 3 left, running degraded)" in out
     assert "step budget of 120,000 reached" in out and "ran degraded: 1 of 3 actors" in out
     live = [v for _, v in read_scalars(train.logdir / "kill")["perf/live_actors"]]
     assert live[0] == 3 and live[-1] == 2
@@ -235,7 +244,7 @@ def test_an_env_that_raises_reports_its_error_and_exits_nonzero(train):
     assert r.returncode == 1
     # The actor's own stderr shows the env's traceback (torch's RPC prints it there); marl's lines
     # name each actor and the env's error.
-    assert "marl: actor 0 failed and is dropped (1 of 2 left): RuntimeError('boom: the env broke at step 30')" in r.stdout
+    assert "marl: actor 0 failed and is dropped (1 of 2 left, running degraded): RuntimeError('boom: the env broke at step 30')" in r.stdout
     assert "marl: error: all 2 actors failed; the last one: RuntimeError('boom: the env broke at step 30')" in r.stderr
     assert not train.survivors()
 
@@ -261,7 +270,7 @@ def test_the_exported_policy_loads_safely_and_plays(train):
     assert r.returncode == 0, r.stderr[-2000:]
     payload = torch.load(train.logdir / "export" / "policy.pt", weights_only=True)
     assert payload["env"] == "CartPole-v1" and payload["agents"] == 2
-    assert "actor.head.weight" in payload["state_dict"]
+    assert "policies.shared.actor.head.weight" in payload["state_dict"] and payload["policies"][0]["name"] == "shared"
     e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "export"), "--episodes", "3"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert e.returncode == 0, e.stderr[-2000:]
