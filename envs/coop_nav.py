@@ -57,6 +57,8 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
+from envs.protocol import AgentCounts
+
 ACCEL = 5.0
 DAMPING = 0.25
 DT = 0.1
@@ -65,7 +67,7 @@ MAX_SPEED = 1.0
 MOVES = np.array([[0.0, 0.0], [1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
 
 
-class CoopNavEnv:
+class CoopNavEnv(AgentCounts):
     """PettingZoo Parallel env of cooperative navigation; see the module docstring."""
 
     metadata = {"name": "coop_nav_v0", "is_parallelizable": True, "render_modes": []}
@@ -103,18 +105,6 @@ class CoopNavEnv:
         self.landmark_pos = np.zeros((n, 2))
 
     # --- PettingZoo attributes -------------------------------------------------------------
-    @property
-    def unwrapped(self):
-        return self
-
-    @property
-    def num_agents(self) -> int:
-        return len(self.agents)
-
-    @property
-    def max_num_agents(self) -> int:
-        return len(self.possible_agents)
-
     def observation_space(self, agent: str) -> spaces.Box:
         return self._obs_spaces[agent]
 

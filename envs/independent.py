@@ -11,8 +11,10 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from envs.protocol import AgentCounts
 
-class IndependentAgents:
+
+class IndependentAgents(AgentCounts):
     """PettingZoo Parallel API over N copies of `gym.make(env_id)`."""
 
     def __init__(self, env_id: str, agents: int, **kwargs):
@@ -23,18 +25,6 @@ class IndependentAgents:
         self.metadata = {"name": f"independent_{env_id}", "is_parallelizable": True,
                          "render_modes": self._envs[self.possible_agents[0]].metadata.get("render_modes", [])}
         self.render_mode = None
-
-    @property
-    def unwrapped(self):
-        return self
-
-    @property
-    def num_agents(self) -> int:
-        return len(self.agents)
-
-    @property
-    def max_num_agents(self) -> int:
-        return len(self.possible_agents)
 
     def observation_space(self, agent: str) -> gym.Space:
         return self._envs[agent].observation_space  # the same object every call, as PettingZoo requires

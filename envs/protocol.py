@@ -32,3 +32,19 @@ class ParallelEnv(Protocol):
         """actions for every agent in `agents` -> (observations, rewards, terminations, truncations, infos)."""
 
     def close(self) -> None: ...
+
+
+class AgentCounts:
+    """The properties every Parallel env derives from `agents` and `possible_agents`, for our own envs."""
+
+    @property
+    def unwrapped(self):
+        return self
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def max_num_agents(self) -> int:
+        return len(self.possible_agents)

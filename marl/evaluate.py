@@ -53,7 +53,7 @@ def evaluate(run_dir: Path, episodes: int, seed: int, sample: bool) -> dict[str,
     generator = torch.Generator().manual_seed(seed)
 
     def act(g, spec, obs):
-        pd, _ = model.policies[spec.name](actor_input(spec, obs).reshape(-1, spec.obs_dim))
+        pd = model.policies[spec.name].distribution(actor_input(spec, obs).reshape(-1, spec.obs_dim))
         if sample:
             action, _ = sample_actions(pd, spec.action_kind, generator)
         else:

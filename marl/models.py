@@ -62,11 +62,15 @@ class ActorCritic(nn.Module):
         self.log_std = nn.Parameter(torch.zeros(num_actions)) if action_kind == "box" else None
 
     def forward(self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        # A reduction rather than squeeze(): FSDP2 warns when a sharded root returns a view.
+        return self.distribution(obs), self.critic(obs if critic_obs is None else critic_obs).sum(-1)
+
+    def distribution(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actor alone: what acting needs (a centralized critic's input is not there at play time)."""
         pd = self.actor(obs)
         if self.log_std is not None:
             pd = torch.cat([pd, self.log_std.to(pd.dtype).expand_as(pd)], dim=-1)
-        # A reduction rather than squeeze(): FSDP2 warns when a sharded root returns a view.
-        return pd, self.critic(obs if critic_obs is None else critic_obs).sum(-1)
+        return pd
 
     def blocks(self) -> list[nn.Module]:
         return [*self.actor.blocks, *self.critic.blocks]

@@ -316,3 +316,34 @@ def test_resume_continues_the_run_on_another_learner_count(train):
         assert bad.returncode == 2 and message in bad.stderr and "\n" not in bad.stderr.strip(), bad.stderr
     bad = train("--resume", str(train.logdir), logdir=False)
     assert bad.returncode == 2 and "is not a checkpoint" in bad.stderr
+
+
+def test_simple_spread_trains_through_rpc_actors_and_a_sharded_learner(train):
+    r = train("--config", str(ROOT / "configs" / "simple_spread.toml"), "--learners", "2", "--envs-per-actor", "4",
+              "--total-steps", "3000", "--run-name", "spread")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "x 3 agents | policies shared (3), central critic" in r.stdout
+    run = train.logdir / "spread"
+    scalars = read_scalars(run)
+    for tag in ["losses/shared/policy_loss", "losses/shared/value_loss", "losses/shared/explained_variance",
+                *(f"agents/agent_{i}/episodic_return" for i in range(3))]:
+        assert scalars.get(tag), f"missing TensorBoard tag {tag}"
+    saved = tomllib.loads((run / "config.toml").read_text())
+    assert saved["env_kwargs"] == {"N": 3, "max_cycles": 25, "continuous_actions": False} and saved["agents"] == 3
+    assert not train.survivors()
+
+
+def test_agents_with_different_spaces_get_a_network_each(train):
+    bad = train("--config", str(ROOT / "configs" / "speaker_listener.toml"), "--policies", "shared", "--run-name", "x")
+    assert bad.returncode == 2 and "whose spaces differ" in bad.stderr and "\n" not in bad.stderr.strip(), bad.stderr
+    r = train("--config", str(ROOT / "configs" / "speaker_listener.toml"), "--envs-per-actor", "4",
+              "--policies", '{"speaker_*": "speaker", "*": "listener"}', "--total-steps", "2000", "--run-name", "sl")
+    assert r.returncode == 0, r.stderr[-3000:]
+    scalars = read_scalars(train.logdir / "sl")
+    for tag in ["losses/speaker/policy_loss", "losses/listener/policy_loss", "agents/speaker_0/episodic_return",
+                "agents/listener_0/episodic_return"]:
+        assert scalars.get(tag), f"missing TensorBoard tag {tag}"
+    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "sl"), "--episodes", "2"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert e.returncode == 0 and e.stdout.startswith("speaker_0: mean"), e.stderr[-2000:]
+    assert not train.survivors()

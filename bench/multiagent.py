@@ -1,0 +1,129 @@
+"""Multi-agent results: trained policies against a random policy measured in the same run.
+
+Cases (each trains with `train.py --config configs/<case>.toml`, seeds 1..N, to a fixed budget of
+agent-steps, in sync mode so that a seed gives the same run on a busy machine):
+- coop_nav: the first-party cooperative navigation env, MAPPO (`--critic central`) and IPPO
+  (`--critic local`);
+- simple_spread: PettingZoo MPE2 simple_spread_v3 (N=3, 25 steps, discrete), MAPPO;
+- speaker_listener: MPE2 simple_speaker_listener_v4, one network per agent (`--policies per-agent`:
+  their spaces differ);
+- cartpole_per_agent: CartPole-v1, 4 agents with a network each, until the mean return reaches 475.
+
+The score of a trained run is the mean episode return per agent of its exported policy (actions
+sampled, as in training) over --eval-episodes episodes; in these cooperative envs each agent's
+return is the team's (simple_spread: half team, half its own collisions). The random baseline
+plays uniformly random actions in the same env for the same number of episodes.
+
+    python bench/multiagent.py                                  # every case, 5 seeds
+    python bench/multiagent.py --cases coop_nav --seeds 5
+    python bench/multiagent.py --smoke                          # CI: tiny budgets, 1 seed
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CASES = {
+    "coop_nav": ("configs/coop_nav.toml", {"MAPPO": ["--critic", "central"], "IPPO": ["--critic", "local"]}),
+    "simple_spread": ("configs/simple_spread.toml", {"MAPPO": []}),
+    "speaker_listener": ("configs/speaker_listener.toml", {"MAPPO per-agent": []}),
+    "cartpole_per_agent": ("configs/cartpole.toml", {"PPO per-agent": ["--agents", "4", "--policies", "per-agent"]}),
+}
+
+
+def train(config: str, extra: list[str], seed: int, budget: int | None, logdir: str, name: str) -> tuple[Path, str]:
+    cmd = [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / config), "--seed", str(seed),
+           "--logdir", logdir, "--run-name", name, "--mode", "sync", *extra]
+    if budget is not None:
+        cmd += ["--total-steps", str(budget)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-3000:])
+        raise SystemExit(f"multiagent: train.py failed for {name}")
+    return Path(logdir) / name, proc.stdout
+
+
+def mean_return(results: dict[str, list[float]]) -> float:
+    return statistics.mean(x for r in results.values() for x in r)
+
+
+def spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.1f} (min {min(values):.1f}, max {max(values):.1f})"
+
+
+def run_case(case: str, seeds: int, budget: int | None, episodes: int, logdir: str) -> dict[str, list[float]]:
+    import tomllib
+
+    from envs import describe
+    from marl.config import Config, load_toml
+    from marl.evaluate import evaluate, random_returns
+    from marl.policies import specs_of
+
+    config, variants = CASES[case]
+    if case == "cartpole_per_agent":
+        return run_cartpole(config, variants, seeds, budget, logdir)
+    cfg = Config(**load_toml(str(ROOT / config)))
+    info = describe(cfg.env, cfg.agents or None, cfg.env_kwargs)
+    scores: dict[str, list[float]] = {}
+    random = mean_return(random_returns(info, specs_of(cfg, info), episodes, seed=10_000))
+    steps = budget or tomllib.loads((ROOT / config).read_text())["total_steps"]
+    for variant, extra in variants.items():
+        scores[variant] = []
+        for seed in range(1, seeds + 1):
+            run, _ = train(config, extra, seed, budget, logdir, f"{case}-{variant.replace(' ', '_')}-{seed}")
+            score = mean_return(evaluate(run, episodes, seed=10_000, sample=True))
+            scores[variant].append(score)
+            print(f"{case} {variant} seed {seed}: mean return {score:.1f} after {steps:,} agent-steps", flush=True)
+        print(f"{case} {variant}: {spread(scores[variant])} over {seeds} seed(s) | random {random:.1f} | "
+              f"median - random = {statistics.median(scores[variant]) - random:+.1f}", flush=True)
+    if len(variants) == 2:
+        (a, sa), (b, sb) = scores.items()
+        print(f"{case}: {a} - {b} median difference {statistics.median(sa) - statistics.median(sb):+.1f}", flush=True)
+    scores["random"] = [random]
+    return scores
+
+
+def run_cartpole(config: str, variants: dict, seeds: int, budget: int | None, logdir: str) -> dict[str, list[float]]:
+    (variant, extra), = variants.items()
+    solved, steps = 0, []
+    for seed in range(1, seeds + 1):
+        _, out = train(config, extra, seed, budget, logdir, f"cartpole-{seed}")
+        m = re.search(r"solved: .* at step ([\d,]+)", out)
+        solved += bool(m)
+        steps.append(int(m.group(1).replace(",", "")) if m else 0)
+        print(f"cartpole_per_agent seed {seed}: {'solved (475) at step ' + m.group(1) if m else 'NOT solved'}", flush=True)
+    print(f"cartpole_per_agent {variant}: solved {solved}/{seeds}; agent-steps {spread([float(s) for s in steps])}", flush=True)
+    return {variant: [float(solved)]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
+    p.add_argument("--seeds", type=int, default=5, help="seeds 1..N per variant")
+    p.add_argument("--budget", type=int, default=None, help="agent-steps per run (default: the config's total_steps)")
+    p.add_argument("--eval-episodes", type=int, default=50, help="episodes per agent for each score")
+    p.add_argument("--smoke", action="store_true", help="tiny budgets and one seed: that every case runs, not its numbers")
+    args = p.parse_args()
+    cases = args.cases.split(",")
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        p.error(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
+    if args.smoke:
+        args.seeds, args.budget, args.eval_episodes = 1, 4_000, 3
+    with tempfile.TemporaryDirectory() as logdir:
+        for case in cases:
+            run_case(case, args.seeds, args.budget, args.eval_episodes, logdir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
