@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         if "TORCHELASTIC_RUN_ID" in os.environ and cfg.learners == 0:
             # Each process would count its own node's GPUs, and nodes that differ would disagree.
             raise UsageError("under torchrun, give --learners explicitly (every process must agree on the layout)")
+        if "TORCHELASTIC_RUN_ID" in os.environ and not cfg.run_name:
+            # The default name has the start time in it, which each process reads for itself: learner
+            # ranks would write their checkpoint shards into different run directories.
+            raise UsageError("under torchrun, give --run-name explicitly (every process must write to the same run directory)")
         try:
             cfg = validate(cfg, gpus=torch.cuda.device_count())
             info = describe(cfg.env, cfg.agents or default_agents(cfg.env), cfg.env_kwargs)

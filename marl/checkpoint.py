@@ -50,9 +50,8 @@ def is_checkpoint(path: Path) -> bool:
 
 def latest(run_dir: Path) -> Path | None:
     """The newest complete checkpoint of a run, or None."""
-    root = Path(run_dir) / "checkpoints"
-    found = [p for p in root.iterdir() if is_checkpoint(p)] if root.is_dir() else []
-    return max(found, key=lambda p: int(_NAME.match(p.name).group(1)), default=None)
+    found = complete(run_dir)
+    return found[-1] if found else None
 
 
 def model_shape(specs, hidden_sizes) -> dict:
@@ -90,10 +89,29 @@ def save(learner: Learner, run_dir: Path, iteration: int, trainer: dict | None =
     return final
 
 
+def _iteration(path: Path) -> int:
+    return int(_NAME.match(path.name).group(1))
+
+
+def complete(run_dir: Path) -> list[Path]:
+    """A run's complete checkpoints, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    return sorted((p for p in root.iterdir() if is_checkpoint(p)), key=_iteration) if root.is_dir() else []
+
+
 def _prune(run_dir: Path, keep: int) -> None:
-    done = sorted((p for p in (run_dir / "checkpoints").iterdir() if is_checkpoint(p)), key=lambda p: p.name)
-    for old in done[:-keep]:
+    for old in complete(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def drop_newer(checkpoint: Path) -> list[Path]:
+    """On resume from an older checkpoint: the run's newer ones belong to the history being replaced
+    (its TensorBoard events past the checkpoint are dropped too); remove them, so that they are
+    neither resumed by mistake nor kept in place of the new ones. Returns what was removed."""
+    newer = [p for p in complete(run_dir_of(checkpoint)) if _iteration(p) > _iteration(checkpoint)]
+    for p in newer:
+        shutil.rmtree(p, ignore_errors=True)
+    return newer
 
 
 def load(learner: Learner, path: Path) -> None:

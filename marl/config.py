@@ -140,7 +140,12 @@ def _mapping(flag: str, value, allow_str: bool):
             value = json.loads(value)
         except json.JSONDecodeError as e:
             raise UsageError(f"{flag} is not valid JSON ({e.msg} at character {e.pos}): {value}") from None
-    if isinstance(value, dict) or (allow_str and isinstance(value, str)):
+    if isinstance(value, dict):
+        nulls = [k for k, v in value.items() if v is None]
+        if nulls:  # TOML has no null, and every run's config is saved as TOML
+            raise UsageError(f"{flag}: {nulls[0]!r} is null, which a TOML config cannot hold; leave the key out to get its default")
+        return value
+    if allow_str and isinstance(value, str):
         return value
     raise UsageError(f"{flag} expects a JSON object like '{{\"key\": 1}}' (a table in TOML), got {value!r}")
 

@@ -62,7 +62,7 @@ def build_batch(rollouts: list[Rollout], cfg: Config) -> dict[str, dict[str, tor
                            tr.bootstrap_value, cfg.gamma, cfg.gae_lambda)
             parts.append(flatten_valid(tr, adv, ret))
         batch = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-        if cfg.norm_adv:
+        if cfg.norm_adv and batch["advantages"].numel() > 1:  # one sample has no spread to normalise by
             a = batch["advantages"]
             batch["advantages"] = (a - a.mean()) / (a.std() + 1e-8)
         batches[name] = batch
@@ -235,7 +235,7 @@ class Coordinator:
                 try:
                     self.check_stop()
                 except BaseException:
-                    self.save()  # Ctrl-C or SIGTERM at an iteration boundary: the final checkpoint
+                    self.save_final()  # Ctrl-C or SIGTERM at an iteration boundary
                     raise
                 t0 = time.perf_counter()
                 try:
@@ -244,7 +244,7 @@ class Coordinator:
                     else:
                         rollouts = [stream.next() for _ in range(actors.live)]
                 except AllActorsLost:
-                    self.save()  # the learner is fine; a resume with working actors goes on from here
+                    self.save_final()  # the learner is fine; a resume with working actors goes on from here
                     raise
                 t1 = time.perf_counter()
                 if self.global_step == self.start_step:
@@ -276,6 +276,14 @@ class Coordinator:
             if stream is not None:
                 stream.close()
 
+    def save_final(self) -> None:
+        """The checkpoint of a run that is stopping for another reason: a failure to write it is
+        reported, and the reason the run stops stays the one it exits with."""
+        try:
+            self.save()
+        except Exception as e:  # noqa: BLE001 - whatever went wrong, the stop in progress goes on
+            self.log.print(f"marl: the final checkpoint could not be written: {type(e).__name__}: {e}")
+
     def save(self) -> None:
         """Checkpoint the last finished iteration, unless it is already saved."""
         if self.iteration == self.saved:
@@ -292,7 +300,8 @@ class Coordinator:
         parts = self.clock.parts()
         origin = self.clock.command if self.clock.command is not None else self.clock.launch
         total = self.clock.marks["actors_and_first_rollout"] - origin
-        self.log.scalars({"perf/startup_seconds": total, **{f"perf/startup_{k}_seconds": v for k, v in parts.items()}}, 0)
+        self.log.scalars({"perf/startup_seconds": total, **{f"perf/startup_{k}_seconds": v for k, v in parts.items()}},
+                         self.global_step)  # step 0, or where a resumed run starts
         self.log.print(f"start-up: {total:.2f}s from the command to the first rollout ("
                        + " | ".join(f"{k.replace('_', ' ')} {v:.2f}s" for k, v in parts.items()) + ")")
 
@@ -350,6 +359,8 @@ def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, contro
     resume = checkpoint.read_trainer(Path(cfg.resume)) if cfg.resume else None
     if resume is not None:
         learners.restore(resume)
+        for dropped in checkpoint.drop_newer(Path(cfg.resume)):
+            print(f"marl: removed {dropped}: newer than the checkpoint this run resumes from", flush=True)
     # A resumed run drops the events the earlier process logged after its checkpoint: the curve goes on from it.
     logger = RunLogger(cfg, info.agent_ids, purge_step=resume["global_step"] + 1 if resume else None)
     coordinator = Coordinator(cfg, info, learners, logger, control.clock, control.stop.check)

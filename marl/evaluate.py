@@ -24,8 +24,11 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
     valid = [a.copy() for a in env.active]
     returns: list[list[float]] = [[] for _ in info.agent_ids]
     running = [np.zeros(a.shape) for a in valid]
+    limit = 100_000 * episodes  # an agent that never finishes an episode must not hang the evaluation
     with torch.inference_mode():
-        while min(len(r) for r in returns) < episodes:
+        for _ in range(limit):
+            if min(len(r) for r in returns) >= episodes:
+                break
             actions = [act(g, spec, torch.from_numpy(obs[g]).float()).numpy() for g, spec in enumerate(specs)]
             obs, rew, term, trunc, active = env.step(actions)
             for g, spec in enumerate(specs):
@@ -35,6 +38,8 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
                     returns[spec.agents[j]].append(float(running[g][0, j]))
                     running[g][0, j] = 0.0
                 valid[g] = active[g].copy()
+        else:
+            raise RuntimeError(f"{info.env_id}: not every agent finished {episodes} episodes within {limit:,} steps")
     env.close()
     return {agent_id: r[:episodes] for agent_id, r in zip(info.agent_ids, returns)}
 

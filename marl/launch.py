@@ -262,9 +262,14 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
             raise UsageError(f"torchrun started {os.environ['WORLD_SIZE']} processes but --learners {cfg.learners} + "
                              f"--actors {cfg.actors} = {world}; make --nproc-per-node x --nnodes equal {world}")
         rank = int(os.environ["RANK"])
-        # Only rank 0 stops at an iteration boundary; the others keep the default signal actions,
-        # so that torchrun's SIGTERM ends them even while they block in C++.
+        # torchrun signals every process. Rank 0 stops at an iteration boundary and then writes the
+        # final checkpoint with the other learner ranks, so those ignore the signal and leave when
+        # rank 0 tells them (or at torchrun's SIGKILL if rank 0 is gone). Actors keep the default
+        # actions, so that the signal ends them even while they block in C++.
         control = RunControl(clock, StopSignals()) if rank == 0 else None
+        if 0 < rank < cfg.learners:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         # Both rendezvous go through torchrun's agent store.
         return run_rank(rank, world, int(os.environ["LOCAL_RANK"]), cfg, info, ("env://", "env://"),
                         rank0_main=rank0_main, control=control)

@@ -110,7 +110,9 @@ class Learner:
         """PPO epochs over this rank's shard of every policy's samples: each minibatch step sums the
         policies' losses, so one optimizer step updates them all. Returns metrics averaged over
         minibatches and ranks: per policy as `<policy>/<metric>`, and over policies as `<metric>`."""
-        cfg, specs = self.cfg, self.specs
+        cfg = self.cfg
+        # A policy whose agents made too few valid steps this iteration (agents that left early) sits it out.
+        specs = [s for s in self.specs if shards[s.name]["obs"].shape[0] > 0]
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         data = {s.name: {k: v.to(self.device, non_blocking=True) for k, v in shards[s.name].items()} for s in specs}
@@ -180,6 +182,18 @@ class Learner:
         return sd
 
 
+def _scatter(learner: Learner, spec: PolicySpec, per_rank: int, batch: dict[str, torch.Tensor] | None = None,
+             perm: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """This rank's `per_rank` samples of one policy: rank 0 passes the shuffled batch, the others receive."""
+    shard = {}
+    for key, (shape, dtype) in sample_fields(spec).items():
+        shard[key] = torch.empty((per_rank, *shape), dtype=dtype, device=learner.device)
+        if per_rank:
+            chunks = None if batch is None else [c.to(learner.device).contiguous() for c in batch[key][perm].split(per_rank)]
+            dist.scatter(shard[key], chunks, group=learner.group, group_src=0)
+    return shard
+
+
 class LearnerGroup:
     """Rank 0's handle on all learner ranks: splits the batch, sends each rank its shard, gathers weights."""
 
@@ -204,19 +218,14 @@ class LearnerGroup:
         sizes, perms = [], {}
         for spec in self.learner.specs:
             n = batches[spec.name]["obs"].shape[0]
-            per_rank = (n // (L * K)) * K
-            if per_rank == 0:
-                raise RuntimeError(f"policy {spec.name}: a batch of {n} samples is too small for {L} learner(s) x {K} minibatches")
-            sizes.append(per_rank)
-            perms[spec.name] = torch.randperm(n, generator=self.generator)[: per_rank * L]
+            sizes.append((n // (L * K)) * K)  # 0: too few this time; the policy sits this update out
+            perms[spec.name] = torch.randperm(n, generator=self.generator)[: sizes[-1] * L]
+        if not any(sizes):
+            raise RuntimeError(f"batches of {[b['obs'].shape[0] for b in batches.values()]} samples are too small for "
+                               f"{L} learner(s) x {K} minibatches")
         self._header(_TRAIN, 0, lr, sizes)
-        own = {}
-        for spec, per_rank in zip(self.learner.specs, sizes):
-            batch, own[spec.name] = batches[spec.name], {}
-            for key in sample_fields(spec):
-                chunks = [c.to(self.learner.device).contiguous() for c in batch[key][perms[spec.name]].split(per_rank)]
-                own[spec.name][key] = torch.empty_like(chunks[0])
-                dist.scatter(own[spec.name][key], chunks, group=self.learner.group, group_src=0)
+        own = {spec.name: _scatter(self.learner, spec, per_rank, batches[spec.name], perms[spec.name])
+               for spec, per_rank in zip(self.learner.specs, sizes)}
         return self.learner.update(own, lr), sum(sizes) * L
 
     def gather(self) -> dict[str, torch.Tensor]:
@@ -252,12 +261,8 @@ def follow(learner: Learner) -> None:
         if command == _SAVE:
             checkpoint.save(learner, learner.cfg.run_dir, arg, None, learner.cfg.keep_checkpoints)
             continue
-        shards = {}
-        for spec, per_rank in zip(learner.specs, header[3:].long().tolist()):
-            shards[spec.name] = {}
-            for key, (shape, dtype) in sample_fields(spec).items():
-                shards[spec.name][key] = torch.empty((per_rank, *shape), dtype=dtype, device=learner.device)
-                dist.scatter(shards[spec.name][key], None, group=learner.group, group_src=0)
+        shards = {spec.name: _scatter(learner, spec, per_rank)
+                  for spec, per_rank in zip(learner.specs, header[3:].long().tolist())}
         try:
             learner.update(shards, lr)
         except NonFiniteError:

@@ -47,7 +47,7 @@ class PolicySpec:
     def shape(self) -> dict:
         """What must match for saved weights to load into this network (plain values)."""
         return {"agents": list(self.agents), "obs_dim": self.obs_dim, "critic_dim": self.critic_dim,
-                "action_kind": self.action_kind, "num_actions": self.num_actions}
+                "central": self.central, "action_kind": self.action_kind, "num_actions": self.num_actions}
 
 
 def assign(agent_ids: tuple[str, ...], policies) -> list[tuple[str, list[int]]]:
@@ -56,7 +56,7 @@ def assign(agent_ids: tuple[str, ...], policies) -> list[tuple[str, list[int]]]:
     if policies == "shared":
         return [("shared", list(range(len(agent_ids))))]
     if policies == "per-agent":
-        return [(agent, [i]) for i, agent in enumerate(agent_ids)]
+        return [(_name(agent, "agent id"), [i]) for i, agent in enumerate(agent_ids)]
     if not isinstance(policies, dict) or not policies:
         raise PolicyError(f"--policies must be shared, per-agent, or a mapping of agent patterns to policy names, got {policies!r}")
     groups: dict[str, list[int]] = {}
@@ -65,11 +65,21 @@ def assign(agent_ids: tuple[str, ...], policies) -> list[tuple[str, list[int]]]:
         if name is None:
             raise PolicyError(f"--policies: agent {agent!r} matches none of the patterns {list(policies)}; "
                               f"add a pattern for it (e.g. \"*\" last as a catch-all)")
-        groups.setdefault(str(name), []).append(i)
-    unused = [p for p in policies if not any(fnmatch.fnmatchcase(a, p) for a in agent_ids)]
+        groups.setdefault(_name(str(name), "policy name"), []).append(i)
+    chosen = {p: [a for a in agent_ids if next(q for q in policies if fnmatch.fnmatchcase(a, q)) == p] for p in policies}
+    unused = [p for p, agents in chosen.items() if not agents]
     if unused:
-        raise PolicyError(f"--policies: pattern {unused[0]!r} matches no agent of this env (agents: {', '.join(agent_ids)})")
+        raise PolicyError(f"--policies: pattern {unused[0]!r} takes no agent of this env (agents: {', '.join(agent_ids)}; "
+                          f"the first pattern that matches an agent wins)")
     return list(groups.items())
+
+
+def _name(name: str, what: str) -> str:
+    """A policy's name keys its module and its TensorBoard tags: no dots, no slashes, not empty."""
+    if not name or "." in name or "/" in name:
+        raise PolicyError(f"--policies: {what} {name!r} cannot name a policy (it must be non-empty, without '.' or '/'); "
+                          f"map the agents to another name")
+    return name
 
 
 def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str) -> tuple[PolicySpec, ...]:

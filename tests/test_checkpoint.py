@@ -87,12 +87,16 @@ def test_only_a_complete_checkpoint_counts_and_old_ones_are_pruned(tmp_path):
     assert checkpoint.latest(tmp_path / "run") == good
     assert checkpoint.resolve(str(tmp_path / "run")) == good
     assert checkpoint.resolve(str(good)) == good
-    for older in (3, 5):
-        (root / f"iter_00000{older}").mkdir()
-        for name in (".metadata", checkpoint.TRAINER_FILE):
-            (root / f"iter_00000{older}" / name).write_bytes(b"")
-    checkpoint._prune(tmp_path / "run", keep=2)
-    assert sorted(p.name for p in root.iterdir() if checkpoint.is_checkpoint(p)) == ["iter_000005", "iter_000007"]
+    for name in ("iter_000003", "iter_000005", "iter_1000000"):
+        (root / name).mkdir()
+        for f in (".metadata", checkpoint.TRAINER_FILE):
+            (root / name / f).write_bytes(b"")
+    assert checkpoint.latest(tmp_path / "run").name == "iter_1000000"  # by iteration, not by name
+    checkpoint._prune(tmp_path / "run", keep=3)
+    assert [p.name for p in checkpoint.complete(tmp_path / "run")] == ["iter_000005", "iter_000007", "iter_1000000"]
+    # Resuming from iter 7 replaces what came after it: the newer checkpoint goes.
+    assert checkpoint.drop_newer(good) == [root / "iter_1000000"]
+    assert checkpoint.latest(tmp_path / "run") == good
 
 
 @pytest.mark.parametrize("make, message", [

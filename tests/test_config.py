@@ -44,6 +44,7 @@ def test_validate_fills_machine_dependent_defaults():
     (["--policies", "each"], "--policies must be shared, per-agent, or a JSON mapping"),
     (["--policies", "{'a': 1}"], "--policies is not valid JSON"),
     (["--env-kwargs", "[1, 2]"], "--env-kwargs expects a JSON object"),
+    (["--env-kwargs", '{"render_mode": null}'], "'render_mode' is null, which a TOML config cannot hold"),
     (["--critic", "global"], "invalid choice"),
 ])
 def test_bad_values_are_one_line_usage_errors(argv, message):

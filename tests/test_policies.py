@@ -19,8 +19,10 @@ def test_shared_per_agent_and_pattern_groups():
 
 @pytest.mark.parametrize("mapping, message", [
     ({"red_*": "red"}, "agent 'blue_0' matches none of the patterns"),
-    ({"*": "all", "green_*": "green"}, "pattern 'green_\\*' matches no agent"),
+    ({"*": "all", "green_*": "green"}, "pattern 'green_\\*' takes no agent"),
     ({}, "--policies must be shared, per-agent, or a mapping"),
+    ({"red_*": "red", "red_0": "solo", "*": "blue"}, "pattern 'red_0' takes no agent"),  # red_* always wins
+    ({"*": "v1.0"}, "policy name 'v1.0' cannot name a policy"),
 ])
 def test_a_mapping_that_cannot_work_says_why(mapping, message):
     with pytest.raises(PolicyError, match=message) as err:

@@ -347,3 +347,14 @@ def test_agents_with_different_spaces_get_a_network_each(train):
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert e.returncode == 0 and e.stdout.startswith("speaker_0: mean"), e.stderr[-2000:]
     assert not train.survivors()
+
+
+def test_a_policy_with_too_few_samples_sits_the_update_out(train):
+    # Agent "b" leaves every 5-step episode after 2 steps: 4 valid steps an iteration, fewer than
+    # the 5 minibatches; "a" and "c" train, "b" waits for a bigger batch instead of failing the run.
+    r = train("--env", "pettingzoo:tests.pz_envs", "--policies", "per-agent", "--actors", "1", "--envs-per-actor", "1",
+              "--num-steps", "10", "--num-minibatches", "5", "--total-steps", "100", "--run-name", "few")
+    assert r.returncode == 0, r.stderr[-3000:]
+    tags = read_scalars(train.logdir / "few")
+    assert tags.get("losses/a/policy_loss") and tags.get("losses/c/policy_loss") and "losses/b/policy_loss" not in tags
+    assert not train.survivors()
