@@ -30,7 +30,7 @@ class PolicySpec:
     agents: tuple[int, ...]  # indices into EnvInfo.agent_ids, in the env's agent order
     env_obs_dim: int  # the env's observation size for these agents
     obs_dim: int  # the actor's input: env_obs_dim, plus a one-hot of the agent within the policy if --agent-id-input
-    critic_dim: int  # the critic's input: obs_dim (local critic), or the global state (+ the one-hot) with --critic central
+    critic_dim: int  # the critic's input: obs_dim (local critic), or the global state + obs_dim with --critic central
     central: bool  # the critic reads the global state (MAPPO), not the agent's own observation (IPPO)
     action_kind: str
     action_shape: tuple[int, ...]
@@ -95,7 +95,7 @@ def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str) -> 
                                   f"(--policies per-agent, or a mapping)")
         one_hot = len(agents) if agent_id_input and len(agents) > 1 else 0
         obs_dim = first.obs_dim + one_hot
-        critic_dim = info.state_dim + one_hot if critic == "central" else obs_dim
+        critic_dim = info.state_dim + obs_dim if critic == "central" else obs_dim
         specs.append(PolicySpec(name, tuple(agents), first.obs_dim, obs_dim, critic_dim, critic == "central",
                                 first.action_kind, first.action_shape, first.num_actions))
     return tuple(specs)
@@ -115,14 +115,17 @@ def actor_input(spec: PolicySpec, obs: torch.Tensor) -> torch.Tensor:
 
 def critic_input(spec: PolicySpec, actor_obs: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor | None:
     """The critic's input for the policy's n agents, or None when it reads the actor's input.
-    `state` [..., state_dim] is the env's global state, one per env copy (--critic central)."""
+
+    With --critic central: the env's global state `state` [..., state_dim] (one per env copy),
+    followed by the agent's own actor input, which is MAPPO's agent-specific global state (Yu et
+    al. 2022, Sec. 5.1 "Agent-Specific Global State"): the global state alone tells a shared critic
+    neither which agent it values nor what that agent sees relative to itself.
+    """
     if not spec.central:
         return None
     n = len(spec.agents)
     shared = state.unsqueeze(-2).expand(*state.shape[:-1], n, state.shape[-1])
-    if not spec.agent_id_dim:
-        return shared
-    return torch.cat([shared, actor_obs[..., spec.env_obs_dim:]], dim=-1)  # the same agent one-hot as the actor's
+    return torch.cat([shared, actor_obs], dim=-1)
 
 
 def _describe(spec) -> str:

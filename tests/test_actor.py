@@ -52,10 +52,10 @@ def test_agent_ids_and_a_central_critic_reach_the_networks_inputs():
     w = make_worker(num_steps=5, **overrides)
     ro, tr = collect(w, weights(**overrides))
     # The actor sees its observation and its one-hot; the critic the state (every agent's
-    # observation, then the alive mask) and the same one-hot.
-    assert tr.obs.shape == (5, 2, 3, 4 + 3) and tr.critic_obs.shape == (5, 2, 3, 3 * 4 + 3 + 3)
+    # observation, then the alive mask) and then the actor's input.
+    assert tr.obs.shape == (5, 2, 3, 4 + 3) and tr.critic_obs.shape == (5, 2, 3, (3 * 4 + 3) + (4 + 3))
     assert torch.equal(tr.obs[..., 4:], torch.eye(3).expand(5, 2, 3, 3))
-    assert torch.equal(tr.critic_obs[..., -3:], tr.obs[..., 4:])
+    assert torch.equal(tr.critic_obs[..., 15:], tr.obs)
     for n in range(3):
         # Every agent's critic input holds every agent's observation, in the env's agent order.
         assert torch.equal(tr.critic_obs[:, :, n, 4 * n:4 * n + 4], tr.obs[:, :, n, :4])

@@ -39,21 +39,22 @@ def test_agents_of_one_policy_must_share_their_spaces():
     speaker, listener = policy_specs(info, {"speaker_*": "speaker", "listener_*": "listener"}, False, "central")
     assert (speaker.name, speaker.agents, speaker.obs_dim, speaker.num_actions) == ("speaker", (0,), 3, 3)
     assert (listener.name, listener.agents, listener.obs_dim, listener.num_actions) == ("listener", (1,), 11, 5)
-    assert speaker.critic_dim == listener.critic_dim == info.state_dim  # MAPPO: both critics see env.state()
+    # MAPPO: both critics see env.state(), then the agent's own observation.
+    assert (speaker.critic_dim, listener.critic_dim) == (info.state_dim + 3, info.state_dim + 11)
 
 
 def test_agent_one_hot_and_central_critic_inputs():
     info = describe("CartPole-v1", 3)
     (spec,) = policy_specs(info, "shared", True, "central")
-    assert (spec.env_obs_dim, spec.obs_dim, spec.critic_dim) == (4, 4 + 3, 3 * 4 + 3 + 3)
+    assert (spec.env_obs_dim, spec.obs_dim, spec.critic_dim) == (4, 4 + 3, (3 * 4 + 3) + (4 + 3))
     obs = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)  # [copies, agents, obs]
     x = actor_input(spec, obs)
     assert torch.equal(x[..., :4], obs) and torch.equal(x[..., 4:], torch.eye(3).expand(2, 3, 3))
     state = torch.randn(2, 15)
     c = critic_input(spec, x, state)
-    assert c.shape == (2, 3, 18)
-    for n in range(3):  # every agent of a copy sees that copy's state, then its own one-hot
-        assert torch.equal(c[:, n, :15], state) and torch.equal(c[:, n, 15:], torch.eye(3)[n].expand(2, 3))
+    assert c.shape == (2, 3, 22)
+    for n in range(3):  # every agent of a copy sees that copy's state, then its own input (one-hot included)
+        assert torch.equal(c[:, n, :15], state) and torch.equal(c[:, n, 15:], x[:, n])
     (local,) = policy_specs(info, "shared", False, "local")
     assert actor_input(local, obs) is obs and critic_input(local, obs, None) is None and local.critic_dim == 4
     # A policy of one agent needs no one-hot.
