@@ -38,13 +38,13 @@ def roofline(cfg: Config, seconds: float) -> float:
     info = describe(cfg.env, cfg.agents)
     n = cfg.actors * cfg.envs_per_actor * cfg.agents
     envs = gym.make_vec(cfg.env, num_envs=n, vectorization_mode="vector_entry_point")
-    model = ActorCritic(info.obs_dim, info.action_kind, info.num_actions, cfg.hidden_sizes)
+    model = ActorCritic(info.spec.obs_dim, info.spec.action_kind, info.spec.num_actions, cfg.hidden_sizes)
     obs, _ = envs.reset(seed=0)
     steps, start = 0, time.perf_counter()
     with torch.inference_mode():
         while time.perf_counter() - start < seconds:
             pd, _ = model(torch.from_numpy(obs))
-            action, _ = sample(pd, info.action_kind)
+            action, _ = sample(pd, info.spec.action_kind)
             obs, *_ = envs.step(action.numpy())
             steps += n
     return steps / (time.perf_counter() - start)

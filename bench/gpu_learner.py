@@ -77,13 +77,13 @@ def make_batch(info: EnvInfo, spec, n: int, seed: int) -> dict[str, torch.Tensor
     """A synthetic PPO batch of `n` flat samples on CPU for one policy, as tests/test_fsdp.py's make_batch."""
     g = torch.Generator().manual_seed(seed)
     fields = sample_fields(spec)
-    batch = {"obs": torch.randn(n, *info.obs_shape, generator=g)}
-    if info.action_kind == "discrete":
-        batch["actions"] = torch.randint(0, info.num_actions, (n,), generator=g)
-        base = -math.log(info.num_actions)  # the log-probability of a uniform policy
+    batch = {"obs": torch.randn(n, spec.obs_dim, generator=g)}
+    if spec.action_kind == "discrete":
+        batch["actions"] = torch.randint(0, spec.num_actions, (n,), generator=g)
+        base = -math.log(spec.num_actions)  # the log-probability of a uniform policy
     else:
-        batch["actions"] = torch.randn(n, *info.action_shape, generator=g)
-        base = -0.5 * math.log(2 * math.pi) * info.num_actions - 0.5 * info.num_actions
+        batch["actions"] = torch.randn(n, *spec.action_shape, generator=g)
+        base = -0.5 * math.log(2 * math.pi) * spec.num_actions - 0.5 * spec.num_actions
     batch["logprobs"] = torch.full((n,), base) + 0.05 * torch.randn(n, generator=g)
     for key in ("values", "advantages", "returns"):
         batch[key] = torch.randn(n, generator=g)

@@ -136,7 +136,7 @@ def run_rank(rank: int, world: int, init_method: str, job: Job) -> dict:
         group = LearnerGroup(learner) if rank == 0 else None
         if group is not None:
             start = time.perf_counter()
-            group.update({"shared": make_batch(job.batch, info.obs_dim, info.num_actions)}, lr=1e-3)
+            group.update({"shared": make_batch(job.batch, info.spec.obs_dim, info.spec.num_actions)}, lr=1e-3)
             out["update_s"] = time.perf_counter() - start
             group.stop()
         else:

@@ -72,7 +72,7 @@ def baseline_rate(steps: int) -> float:
     info = describe(cfg.env, cfg.agents)
     n = cfg.actors * cfg.envs_per_actor * cfg.agents
     envs = gym.make_vec(cfg.env, num_envs=n, vectorization_mode="vector_entry_point")
-    model = ActorCritic(info.obs_dim, info.action_kind, info.num_actions, cfg.hidden_sizes)
+    model = ActorCritic(info.spec.obs_dim, info.spec.action_kind, info.spec.num_actions, cfg.hidden_sizes)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
     obs, _ = envs.reset(seed=0)
     obs = torch.from_numpy(obs)
@@ -84,7 +84,7 @@ def baseline_rate(steps: int) -> float:
         with torch.inference_mode():
             for _ in range(T):
                 pd, v = model(obs)
-                a, lp = sample(pd, info.action_kind)
+                a, lp = sample(pd, info.spec.action_kind)
                 nobs, r, term, trunc, _ = envs.step(a.numpy())
                 for k, x in zip(buf, (obs, a, lp, v, torch.from_numpy(r), torch.from_numpy(term),
                                       torch.from_numpy(trunc), ~done_prev)):
@@ -106,8 +106,8 @@ def baseline_rate(steps: int) -> float:
             for k in range(cfg.num_minibatches):
                 i = perm[k * mb:(k + 1) * mb]
                 pd, v = model(data[0][i])
-                loss, _ = ppo_loss(log_prob(pd, info.action_kind, data[1][i]), data[2][i], data[4][i], v, data[3][i],
-                                   data[5][i], entropy(pd, info.action_kind), clip_coef=cfg.clip_coef,
+                loss, _ = ppo_loss(log_prob(pd, info.spec.action_kind, data[1][i]), data[2][i], data[4][i], v, data[3][i],
+                                   data[5][i], entropy(pd, info.spec.action_kind), clip_coef=cfg.clip_coef,
                                    clip_vloss=cfg.clip_vloss, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
                 opt.zero_grad()
                 loss.backward()

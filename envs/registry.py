@@ -83,31 +83,6 @@ class EnvInfo:
             raise ValueError(f"agents have different spaces ({detail}); use per-agent specs (EnvInfo.specs)")
         return self.specs[0]
 
-    # The single-spec view, for code written for homogeneous agents.
-    @property
-    def obs_shape(self) -> tuple[int, ...]:
-        return self.spec.obs_shape
-
-    @property
-    def action_kind(self) -> str:
-        return self.spec.action_kind
-
-    @property
-    def action_shape(self) -> tuple[int, ...]:
-        return self.spec.action_shape
-
-    @property
-    def num_actions(self) -> int:
-        return self.spec.num_actions
-
-    @property
-    def obs_dim(self) -> int:
-        return self.spec.obs_dim
-
-    @property
-    def action_dtype(self):
-        return self.spec.action_dtype
-
 
 def _one_line(x: object) -> str:
     return " ".join(str(x).split())

@@ -99,10 +99,10 @@ def test_describe_rejects_unusable_envs_with_one_line(env_id, message):
 
 def test_describe_reads_spaces_and_threshold():
     info = describe("CartPole-v1", agents=8)
-    assert info.obs_shape == (4,) and info.action_kind == "discrete" and info.num_actions == 2
+    assert info.spec.obs_shape == (4,) and info.spec.action_kind == "discrete" and info.spec.num_actions == 2
     assert info.reward_threshold == 475.0 and len(info.agent_ids) == 8
     box = describe("Pendulum-v1", agents=1)
-    assert box.action_kind == "box" and box.action_shape == (1,)
+    assert box.spec.action_kind == "box" and box.spec.action_shape == (1,)
     assert len(info.specs) == 8 and info.specs[0].obs_shape == (4,) and not info.has_state
     assert info.state_dim == 8 * 4 + 8 and info.env_kwargs == ()
 
@@ -123,7 +123,7 @@ def test_gymnasium_env_kwargs_reach_the_env_and_bad_ones_are_one_line():
 
 def test_module_colon_id_imports_the_module_and_works_in_both_forms():
     env_id = "gymnasium.envs.classic_control:CartPole-v1"
-    assert describe(env_id, agents=2).obs_shape == (4,)
+    assert describe(env_id, agents=2).spec.obs_shape == (4,)
     assert batch(env_id, agents=2, copies=2).reset(seed=0)[0].shape == (2, 2, 4)
     assert set(make_env(env_id, agents=2).reset(seed=0)[0]) == {"agent_0", "agent_1"}
 
@@ -146,7 +146,7 @@ def test_multi_dimensional_spaces_are_flattened_at_the_edge():
 
     gym.register(id="TestGrid-v0", entry_point=Grid)
     info = describe("TestGrid-v0", agents=2)
-    assert info.obs_shape == (6,) and info.action_shape == (4,)
+    assert info.spec.obs_shape == (6,) and info.spec.action_shape == (4,)
     env = batch("TestGrid-v0", agents=2, copies=1)
     assert env.reset(seed=0)[0].shape == (1, 2, 6)
     obs, *_ = env.step([np.zeros((1, 2, 4), np.float32)])

@@ -32,12 +32,12 @@ def test_describe_reads_per_agent_specs_and_state():
     assert info.has_state and info.state_dim == 3 and info.reward_threshold is None
     assert info.env_kwargs == (("hetero", True),) and info.kwargs == {"hetero": True}
     with pytest.raises(ValueError, match="agents have different spaces"):
-        info.obs_dim
+        info.spec
     # Without state(): every agent's observation plus an alive mask.
     no_state = describe(PZ, 3, {"hetero": True, "with_state": False})
     assert not no_state.has_state and no_state.state_dim == 3 + 4 + 3 + 3
-    # Homogeneous agents keep the single-spec view working.
-    same = describe(PZ)
+    # Homogeneous agents have one spec that they all share.
+    same = describe(PZ).spec
     assert same.obs_shape == (3,) and same.action_kind == "discrete" and same.num_actions == 3 and same.obs_dim == 3
     assert same.action_dtype == torch.int64
 
