@@ -21,7 +21,15 @@ def test_the_test_env_follows_the_parallel_api():
     for kwargs in ({}, {"hetero": True, "with_state": False}):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            parallel_api_test(pz_envs.parallel_env(**kwargs), num_cycles=20)
+            parallel_api_test(pz_envs.parallel_env(**kwargs), num_cycles=20)  # raises on any violation
+    # And it does what the tests below rely on: agents leave one by one, at the documented steps.
+    env = pz_envs.parallel_env()
+    env.reset(seed=0)
+    present = []
+    while env.agents:
+        env.step({a: env.action_space(a).sample() for a in env.agents})
+        present.append(tuple(env.agents))
+    assert present == [("a", "b", "c"), ("a", "c"), ("a", "c"), ("a",), ()]
 
 
 def test_describe_reads_per_agent_specs_and_state():
