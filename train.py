@@ -10,7 +10,9 @@ from pathlib import Path
 
 def default_agents(env_id: str) -> int | None:
     """--agents 0: eight independent copies of a single-agent env; a PettingZoo env's own agents (None)."""
-    return None if env_id.startswith("pettingzoo:") else 8
+    from envs.registry import PETTINGZOO_PREFIX
+
+    return None if env_id.startswith(PETTINGZOO_PREFIX) else 8
 
 
 def resumed_config(values: dict):

@@ -33,6 +33,8 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
+from envs.protocol import check_split
+
 
 class PettingZooBatch:
     """`copies` copies of `env_fn(**env_kwargs)` (a PettingZoo Parallel env), stepped one after another."""
@@ -45,9 +47,7 @@ class PettingZooBatch:
         self.agent_ids: list[str] = list(env.possible_agents)
         n = len(self.agent_ids)
         self.groups = [list(g) for g in groups]
-        if any(not g for g in self.groups) or sorted(i for g in self.groups for i in g) != list(range(n)):
-            raise ValueError(f"groups {groups} must split agents 0..{n - 1} ({', '.join(self.agent_ids)}) into "
-                             "non-empty, disjoint groups")
+        check_split(self.groups, self.agent_ids)
         # agent id -> (index in agent order, group, position in group)
         self._slot: dict[str, tuple[int, int, int]] = {}
         for g, members in enumerate(self.groups):

@@ -34,6 +34,14 @@ class ParallelEnv(Protocol):
     def close(self) -> None: ...
 
 
+def check_split(groups: list[list[int]], agent_ids) -> None:
+    """Groups of agent indices (one group per policy) must split all the agents: non-empty, disjoint, complete."""
+    n = len(agent_ids)
+    if any(not g for g in groups) or sorted(i for g in groups for i in g) != list(range(n)):
+        raise ValueError(f"groups {groups} must split agents 0..{n - 1} ({', '.join(agent_ids)}) into "
+                         "non-empty, disjoint groups")
+
+
 class AgentCounts:
     """The properties every Parallel env derives from `agents` and `possible_agents`, for our own envs."""
 

@@ -21,6 +21,7 @@ import numpy as np
 from envs.batched import GymAgentsBatch
 from envs.independent import IndependentAgents
 from envs.pettingzoo_batch import PettingZooBatch
+from envs.protocol import check_split
 
 PETTINGZOO_PREFIX = "pettingzoo:"
 _INSTALL_HINT = "PettingZoo envs need pettingzoo and mpe2: pip install -e '.[pettingzoo]'"
@@ -165,13 +166,18 @@ def _has_state(env) -> tuple[bool, int]:
     return True, int(np.asarray(s).size)
 
 
+def _check_count(env_id: str, ids: tuple[str, ...], agents: int | None) -> None:
+    """A PettingZoo env decides its agents; an --agents that disagrees is bad input."""
+    if agents is not None and agents != len(ids):
+        raise EnvError(f"env id {env_id!r} has {len(ids)} agents ({', '.join(ids)}), not {agents}: pass --agents {len(ids)}, "
+                       f"or set the env's own agent-count kwarg via --env-kwargs (e.g. '{{\"N\": {agents}}}' for simple_spread)")
+
+
 def _describe_pettingzoo(env_id: str, agents: int | None, env_kwargs: dict[str, Any]) -> EnvInfo:
     env = _make_pettingzoo(env_id, env_kwargs)
     try:
         ids = tuple(env.possible_agents)
-        if agents is not None and agents != len(ids):
-            raise EnvError(f"env id {env_id!r} has {len(ids)} agents ({', '.join(ids)}), not {agents}: pass --agents {len(ids)}, "
-                           f"or set the env's own agent-count kwarg via --env-kwargs (e.g. '{{\"N\": {agents}}}' for simple_spread)")
+        _check_count(env_id, ids, agents)
         specs = tuple(agent_spec(f"{env_id} agent {a!r}", env.observation_space(a), env.action_space(a)) for a in ids)
         env.reset(seed=0)
         has_state, size = _has_state(env)
@@ -221,18 +227,18 @@ def make_env(env_id: str, agents: int | None = None, **kwargs):
     """
     if env_id.startswith(PETTINGZOO_PREFIX):
         env = _make_pettingzoo(env_id, kwargs)
-        if agents is not None and agents != len(env.possible_agents):
+        try:
+            _check_count(env_id, tuple(env.possible_agents), agents)
+        except EnvError:
             env.close()
-            raise EnvError(f"env id {env_id!r} has {len(env.possible_agents)} agents, not {agents}")
+            raise
         return env
     return IndependentAgents(resolve(env_id), 1 if agents is None else agents, **kwargs)
 
 
 def check_groups(info: EnvInfo, groups: list[list[int]]) -> None:
     """Groups must split the agents (indices into agent_ids) and each must share one AgentSpec."""
-    flat = [i for g in groups for i in g]
-    if any(not g for g in groups) or sorted(flat) != list(range(len(info.agent_ids))):
-        raise ValueError(f"groups {groups} must split agents 0..{len(info.agent_ids) - 1} into non-empty, disjoint groups")
+    check_split(groups, info.agent_ids)
     for g in groups:
         if any(info.specs[i] != info.specs[g[0]] for i in g):
             raise ValueError(f"group {[info.agent_ids[i] for i in g]} mixes agents with different spaces")

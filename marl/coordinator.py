@@ -214,7 +214,7 @@ class Coordinator:
         self.clock.mark("learner")
         start = time.perf_counter()
         actors = self.actors = ActorPool(cfg, self.info, self.log.print, seed_offset=resume["iteration"] if resume else 0)
-        weights = self.weights = self.learners.gather()
+        self.weights = self.learners.gather()
         self.recent: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self.iteration = self.global_step = self.version = self.saved = 0
         if resume is not None:
@@ -222,14 +222,13 @@ class Coordinator:
             self.recent.extend(resume["recent"].tolist())
             self.saved = self.iteration
         self.start_step = self.global_step
-        version = self.version
         policies = ", ".join(f"{s.name} ({len(s.agents)})" for s in self.learners.learner.specs)
         log.print(f"marl: {cfg.env} x {cfg.agents} agents | policies {policies}, {cfg.critic} critic | {cfg.actors} actors "
                   f"x {cfg.envs_per_actor} env copies | {cfg.learners} learner(s) | seed {cfg.seed} | logs in {log.run_dir}")
         if resume is not None:
             log.print(f"resumed from {cfg.resume}: iteration {self.iteration}, step {self.global_step:,}, "
                       f"saved by {resume['learners']} learner(s)")
-        stream = RolloutStream(actors, version, weights) if cfg.mode == "async" else None
+        stream = RolloutStream(actors, self.version, self.weights) if cfg.mode == "async" else None
         try:
             while True:
                 try:
@@ -240,7 +239,7 @@ class Coordinator:
                 t0 = time.perf_counter()
                 try:
                     if stream is None:
-                        rollouts = actors.collect(version, weights)
+                        rollouts = actors.collect(self.version, self.weights)
                     else:
                         rollouts = [stream.next() for _ in range(actors.live)]
                 except AllActorsLost:
@@ -250,9 +249,9 @@ class Coordinator:
                 if self.global_step == self.start_step:
                     self._startup()
                 self.iteration += 1
-                lag = sum(version - tr.policy_version for tr in rollouts) / len(rollouts)
+                lag = sum(self.version - r.policy_version for r in rollouts) / len(rollouts)
                 batch = build_batch(rollouts, cfg)
-                steps = sum(tr.steps for tr in rollouts)
+                steps = sum(r.steps for r in rollouts)
                 frac = max(1.0 - self.global_step / cfg.total_steps, 0.0) if cfg.anneal_lr else 1.0
                 lr = cfg.learning_rate * max(frac, 1e-3)
                 try:
@@ -261,10 +260,10 @@ class Coordinator:
                     # No checkpoint: the last one written holds the last good weights.
                     raise NonFiniteError(f"iteration {self.iteration} (step {self.global_step:,}): {e}") from None
                 t2 = time.perf_counter()
-                weights, version = self.learners.gather(), version + 1
-                self.weights, self.version = weights, version  # the last good weights, whatever stops the run later
+                # The last good weights, whatever stops the run later (exported to policy.pt).
+                self.weights, self.version = self.learners.gather(), self.version + 1
                 if stream is not None:
-                    stream.publish(version, weights)
+                    stream.publish(self.version, self.weights)
                 t3 = time.perf_counter()
                 self.global_step += steps
                 result = self._log(start, rollouts, batch, metrics, used, lr, lag, (t0, t1, t2, t3))
