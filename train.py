@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from envs.registry import EnvError, describe
         from marl.checkpoint import CheckpointError
+        from marl.models import ModelError, check_network, network_of
         from marl.policies import PolicyError, specs_of
 
         if "TORCHELASTIC_RUN_ID" in os.environ and cfg.learners == 0:
@@ -81,17 +82,21 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("under torchrun, give --run-name explicitly (every process must write to the same run directory)")
         try:
             cfg = validate(cfg, gpus=torch.cuda.device_count())
-            info = describe(cfg.env, cfg.agents or default_agents(cfg.env), cfg.env_kwargs)
+            info = describe(cfg.env, cfg.agents or default_agents(cfg.env), cfg.env_kwargs, cfg.obs_keys, cfg.wrappers)
             if not cfg.agents:
                 cfg = dataclasses.replace(cfg, agents=len(info.agent_ids))
                 check_batch(cfg, cfg.learners)
-            specs_of(cfg, info)  # a mapping that cannot work fails here, before any process starts
+            # A mapping or a network that cannot work fails here, before any process starts.
+            check_network(specs_of(cfg, info), network_of(cfg))
             if cfg.resume:
                 from marl.checkpoint import check_compatible
 
                 check_compatible(Path(cfg.resume), cfg, info)
-        except (EnvError, CheckpointError, PolicyError) as e:
+        except (EnvError, CheckpointError, PolicyError, ModelError) as e:
             raise UsageError(str(e)) from None
+        if info.dropped:
+            print(f"marl: observation keys {', '.join(info.dropped)} are left out (no network reads them); "
+                  f"choose keys with --obs-keys", flush=True)
         if cfg.target_return is None and info.reward_threshold is not None:
             cfg = dataclasses.replace(cfg, target_return=float(info.reward_threshold))
         check_run_dir(cfg)

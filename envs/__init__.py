@@ -10,7 +10,8 @@ for a PettingZoo Parallel env (`pip install -e '.[pettingzoo]'` for pettingzoo a
 from envs.batched import GymAgentsBatch
 from envs.pettingzoo_batch import PettingZooBatch
 from envs.protocol import ParallelEnv
-from envs.registry import AgentSpec, EnvError, EnvInfo, describe, make_agent_batch, make_env
+from envs.registry import EnvError, EnvInfo, describe, make_agent_batch, make_env
+from envs.spaces import ActionSpec, AgentSpec, Leaf
 
-__all__ = ["AgentSpec", "EnvError", "EnvInfo", "GymAgentsBatch", "ParallelEnv", "PettingZooBatch", "describe",
+__all__ = ["ActionSpec", "AgentSpec", "Leaf", "EnvError", "EnvInfo", "GymAgentsBatch", "ParallelEnv", "PettingZooBatch", "describe",
            "make_agent_batch", "make_env"]

@@ -4,10 +4,13 @@ Every batch (this one and `envs.pettingzoo_batch.PettingZooBatch`) speaks the sa
 Agents are split into groups (indices in agent order; one group per policy; a group's agents
 share one AgentSpec), and every array comes as a list with one entry per group:
 
-    reset(seed) -> obs                                 obs[g]: (copies, n_g, obs_dim_g) float32
+    reset(seed) -> obs                                 obs[g]: {leaf name: (copies, n_g, *leaf.shape)}
+                                                       in each leaf's dtype (envs.spaces.Leaf)
     step(actions) -> obs, rewards, terminated, truncated, active
-                                                       actions[g]: (copies, n_g, *action_shape_g)
+                                                       actions[g]: (copies, n_g, *action.shape)
                                                        rewards[g]: (copies, n_g) float32, flags: bool
+    masks                                              masks[g]: (copies, n_g, mask_size) bool for
+                                                       the current observations, or None (no mask)
     state() -> (copies, state_dim) float32             the central critic's input for the current obs
     active                                             the latest `active` list (after reset: all True
                                                        for the agents present)
@@ -15,6 +18,7 @@ share one AgentSpec), and every array comes as a list with one entry per group:
 
 `active[g][c, j]` says whether the NEXT step of that slot is a real transition of a live agent:
 False when the slot is padding (an agent that left its episode) or its next step is an autoreset.
+A slot without a real observation has an all-True mask: its action is never used.
 
 Autoreset follows Gymnasium 1.x's default (NEXT_STEP): after a slot (one agent of one copy)
 reports terminated or truncated, its next step is a reset step. That step's action is ignored,
@@ -30,6 +34,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from envs.spaces import AgentSpec, env_action, leaf_array, mask_array
+from envs.wrappers import ALE_VECTOR, ATARI, needs_frameskip_1, wrapper_fns
+
 
 def _index(group: list[int]):
     """A basic slice when the group is a contiguous run of agents (views, no copies), else the index list."""
@@ -38,56 +45,71 @@ def _index(group: list[int]):
     return np.asarray(group)
 
 
+def make_vector(env_id: str, num_envs: int, env_kwargs: dict | None = None, wrappers: tuple[str, ...] = ()) -> gym.vector.VectorEnv:
+    """`num_envs` copies of a Gymnasium env in one vector env, wrapped as `wrappers` say.
+
+    The env's own vectorised implementation (`vector_entry_point`, e.g. CartPole's: thousands of
+    envs per numpy call, or ale_py's C++ Atari env) where it ships one and no wrapper is asked
+    for, or `atari` alone for an ALE id; else Gymnasium's SyncVectorEnv over wrapped copies.
+    """
+    kwargs = dict(env_kwargs or {})
+    spec = gym.spec(env_id)
+    if spec.vector_entry_point is not None and (not wrappers or (tuple(wrappers) == (ATARI,) and env_id.startswith("ALE/"))):
+        if wrappers:
+            kwargs = {**ALE_VECTOR, **kwargs}
+        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
+    if wrappers and needs_frameskip_1(wrappers):
+        kwargs.setdefault("frameskip", 1)
+    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
+                        wrappers=wrapper_fns(wrappers) or None, **kwargs)
+
+
 class GymAgentsBatch:
     """`copies` x `agents` independent copies of a single-agent Gymnasium env in one vector env.
 
-    Uses the env's own vectorised implementation when it ships one (`vector_entry_point`, e.g.
-    CartPole's: thousands of envs per numpy call), else Gymnasium's SyncVectorEnv. The vector env's
-    arrays are [copies * agents] copy-major; a group's arrays are views of them when the group is a
-    contiguous run of agents (one group of all agents: plain reshapes, no copies).
+    The vector env's arrays are [copies * agents] copy-major; a group's arrays are views of them
+    when the group is a contiguous run of agents (one group of all agents: plain reshapes, no copies).
 
-    state() is every agent's current observation in agent order followed by an alive mask of ones:
-    every slot always holds a real observation (the final one of an episode included, which is
-    what a truncation bootstraps from), so nothing is ever padding here.
+    state() is every agent's current observation (each leaf flattened) in agent order followed by
+    an alive mask of ones: every slot always holds a real observation (the final one of an episode
+    included, which is what a truncation bootstraps from), so nothing is ever padding here.
     """
 
-    def __init__(self, env_id: str, agents: int, copies: int, groups: list[list[int]] | None = None,
-                 env_kwargs: dict | None = None):
-        self.copies, self.agents = copies, agents
+    def __init__(self, env_id: str, agents: int, copies: int, spec: AgentSpec, groups: list[list[int]] | None = None,
+                 env_kwargs: dict | None = None, wrappers: tuple[str, ...] = ()):
+        self.copies, self.agents, self.spec = copies, agents, spec
         self.groups = [list(g) for g in groups] if groups is not None else [list(range(agents))]
         self._whole = len(self.groups) == 1 and self.groups[0] == list(range(agents))
         self._idx = [_index(g) for g in self.groups]
-        spec = gym.spec(env_id)
-        mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
-        vector_kwargs = {} if mode == "vector_entry_point" else {"autoreset_mode": AutoresetMode.NEXT_STEP}
-        self.vec = gym.make_vec(env_id, num_envs=copies * agents, vectorization_mode=mode,
-                                vector_kwargs=vector_kwargs, **(env_kwargs or {}))
+        self.vec = make_vector(env_id, copies * agents, env_kwargs, wrappers)
         autoreset = self.vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         if autoreset != AutoresetMode.NEXT_STEP:
             raise NotImplementedError(f"{env_id}: vector env autoreset mode {autoreset} is not supported")
-        space = self.vec.single_action_space
-        self._act_shape = space.shape
-        if isinstance(space, gym.spaces.Box):
-            self._low, self._high = space.low, space.high
-            self._dtype = space.dtype
-        else:
-            self._low = self._high = None
-            self._dtype = np.int64
-        flat_action = (int(np.prod(space.shape)),) if isinstance(space, gym.spaces.Box) else ()
-        self._actions = None if self._whole else np.empty((copies, agents, *flat_action), dtype=self._dtype)
-        self._obs: np.ndarray | None = None  # (copies, agents, obs_dim): the current observations
+        act = spec.action
+        self._actions = None if self._whole else np.empty((copies, agents, *act.shape), dtype=np.dtype(act.dtype))
+        self._obs: dict[str, np.ndarray] = {}  # leaf -> (copies, agents, *shape): the current observations
         self.active: list[np.ndarray] = []
+        self.masks: list[np.ndarray | None] = []
 
-    def _split(self, x: np.ndarray) -> list[np.ndarray]:
+    def _split(self, x):
         if self._whole:
             return [x]
+        if isinstance(x, dict):
+            return [{k: v[:, i] for k, v in x.items()} for i in self._idx]
         return [x[:, i] for i in self._idx]
 
-    def reset(self, seed: int | None) -> list[np.ndarray]:
-        obs, _ = self.vec.reset(seed=seed)
-        self._obs = obs.reshape(self.copies, self.agents, -1).astype(np.float32, copy=False)  # flat observations (AgentSpec.obs_shape)
-        self.active = self._split(np.ones((self.copies, self.agents), dtype=bool))
+    def _observe(self, obs, infos) -> list[dict[str, np.ndarray]]:
+        lead = (self.copies, self.agents)
+        self._obs = {leaf.name: leaf_array(leaf, obs, lead) for leaf in self.spec.obs}
+        mask = mask_array(self.spec, obs, infos, lead)
+        self.masks = self._split(mask) if mask is not None else [None] * len(self.groups)
         return self._split(self._obs)
+
+    def reset(self, seed: int | None) -> list[dict[str, np.ndarray]]:
+        obs, infos = self.vec.reset(seed=seed)
+        self.active = self._split(np.ones((self.copies, self.agents), dtype=bool))
+        return self._observe(obs, infos)
 
     def step(self, actions: list[np.ndarray]):
         """actions per group -> obs, rewards, terminated, truncated, active per group (see the module doc)."""
@@ -97,27 +119,25 @@ class GymAgentsBatch:
             a = self._actions
             for i, x in zip(self._idx, actions):
                 a[:, i] = x
-        a = a.reshape(self.copies * self.agents, *self._act_shape)
-        if self._low is not None:
-            # The policy's Gaussian is unbounded; the env's box is not.
-            a = np.clip(a, self._low, self._high)
-        obs, rew, term, trunc, _ = self.vec.step(a.astype(self._dtype, copy=False))
+        a = env_action(self.spec.action, a.reshape(self.copies * self.agents, *self.spec.action.shape),
+                       (self.copies * self.agents,))
+        obs, rew, term, trunc, infos = self.vec.step(a)
         shape = (self.copies, self.agents)
-        self._obs = obs.reshape(*shape, -1).astype(np.float32, copy=False)
         term, trunc = term.reshape(shape), trunc.reshape(shape)
         active = ~(term | trunc)
         self.active = self._split(active)
-        return (self._split(self._obs), self._split(rew.reshape(shape).astype(np.float32, copy=False)),
+        return (self._observe(obs, infos), self._split(rew.reshape(shape).astype(np.float32, copy=False)),
                 self._split(term), self._split(trunc), self.active)
 
     @property
     def state_dim(self) -> int:
-        return self.agents * int(np.prod(self.vec.single_observation_space.shape)) + self.agents
+        return self.agents * sum(max(int(np.prod(leaf.shape)), 1) for leaf in self.spec.obs) + self.agents
 
     def state(self) -> np.ndarray:
-        """(copies, agents * obs_dim + agents): the current observations in agent order, then the alive mask (ones)."""
-        flat = self._obs.reshape(self.copies, -1)
-        return np.concatenate([flat, np.ones((self.copies, self.agents), dtype=np.float32)], axis=1)
+        """(copies, state_dim): the current observations in agent order, then the alive mask (ones)."""
+        flat = [v.reshape(self.copies, self.agents, -1).astype(np.float32, copy=False) for v in self._obs.values()]
+        flat = flat[0] if len(flat) == 1 else np.concatenate(flat, axis=-1)
+        return np.concatenate([flat.reshape(self.copies, -1), np.ones((self.copies, self.agents), dtype=np.float32)], axis=1)
 
     def close(self):
         self.vec.close()

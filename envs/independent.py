@@ -53,7 +53,8 @@ class IndependentAgents(AgentCounts):
 
     def state(self) -> np.ndarray:
         """Global state for a centralized critic: every agent's last observation, in a fixed order."""
-        return np.concatenate([np.asarray(self._last_obs[a], dtype=np.float32).ravel() for a in self.possible_agents])
+        return np.concatenate([gym.spaces.flatten(self._envs[a].observation_space, self._last_obs[a]).astype(np.float32)
+                               for a in self.possible_agents])
 
     def render(self):
         return None

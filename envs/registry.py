@@ -18,10 +18,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envs.batched import GymAgentsBatch
+from envs.batched import GymAgentsBatch, make_vector
 from envs.independent import IndependentAgents
 from envs.pettingzoo_batch import PettingZooBatch
 from envs.protocol import check_split
+from envs.spaces import MASK_KEY, AgentSpec, SpaceError, agent_spec
+from envs.wrappers import WrapperError
 
 PETTINGZOO_PREFIX = "pettingzoo:"
 _INSTALL_HINT = "PettingZoo envs need pettingzoo and mpe2: pip install -e '.[pettingzoo]'"
@@ -29,27 +31,6 @@ _INSTALL_HINT = "PettingZoo envs need pettingzoo and mpe2: pip install -e '.[pet
 
 class EnvError(ValueError):
     """The env id or its spaces cannot be used; the message is one line naming the fix."""
-
-
-@dataclass(frozen=True)
-class AgentSpec:
-    """One agent's spaces, as the policy sees them (flat)."""
-
-    obs_shape: tuple[int, ...]  # flat: (obs_dim,)
-    action_kind: str  # "discrete" or "box"
-    action_shape: tuple[int, ...]  # () for discrete, (n,) flat for box
-    num_actions: int  # discrete: number of choices; box: flat action size
-
-    @property
-    def obs_dim(self) -> int:
-        return int(np.prod(self.obs_shape))
-
-    @property
-    def action_dtype(self):
-        """The torch dtype actions travel in: indices for Discrete, floats for Box."""
-        import torch
-
-        return torch.int64 if self.action_kind == "discrete" else torch.float32
 
 
 @dataclass(frozen=True)
@@ -63,6 +44,8 @@ class EnvInfo:
     state_dim: int  # size of the central critic's input (EnvInfo.has_state: env.state(); else obs of all agents + alive mask)
     has_state: bool  # the env has a working state()
     env_kwargs: tuple[tuple[str, Any], ...] = ()  # the kwargs the env is built with, sorted by name
+    wrappers: tuple[str, ...] = ()  # Gymnasium wrappers around each copy (envs.wrappers)
+    dropped: tuple[str, ...] = ()  # observation keys no network reads (said once in the log)
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -89,21 +72,25 @@ def _one_line(x: object) -> str:
     return " ".join(str(x).split())
 
 
-def agent_spec(where: str, obs_space: gym.Space, act_space: gym.Space) -> AgentSpec:
-    """Check that a policy can handle these spaces; EnvError naming `where` (env, agent) if not."""
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise EnvError(f"{where}: observation space {obs_space} is not supported; the MLP policy takes Box observations")
-    if isinstance(act_space, gym.spaces.Discrete):
-        if act_space.start != 0:
-            raise EnvError(f"{where}: Discrete action space with start={act_space.start} is not supported (start must be 0)")
-        kind, shape, n = "discrete", (), int(act_space.n)
-    elif isinstance(act_space, gym.spaces.Box):
-        n = int(np.prod(act_space.shape))
-        kind, shape = "box", (n,)  # flat: the batched env reshapes to the env's own shape
-    else:
-        raise EnvError(f"{where}: action space {act_space} is not supported; use an env with Discrete or Box actions")
-    return AgentSpec(obs_shape=(int(np.prod(obs_space.shape)),),  # flat: the batched env flattens
-                     action_kind=kind, action_shape=shape, num_actions=n)
+def _agent_spec(where: str, obs_space: gym.Space, act_space: gym.Space, obs_keys: tuple[str, ...],
+                info: dict | None) -> AgentSpec:
+    try:
+        return agent_spec(where, obs_space, act_space, obs_keys, info_mask=info is not None and MASK_KEY in info)
+    except SpaceError as e:
+        raise EnvError(str(e)) from None
+
+
+# Packages whose ids exist only once they are imported (they register on import), by id prefix.
+REGISTER_ON_IMPORT = {"ALE/": ("ale_py", "atari"), "MiniGrid-": ("minigrid", "minigrid"), "BabyAI-": ("minigrid", "minigrid")}
+
+
+def _register(name: str) -> None:
+    for prefix, (package, extra) in REGISTER_ON_IMPORT.items():
+        if name.startswith(prefix) and name not in gym.registry:
+            try:
+                gym.register_envs(importlib.import_module(package))
+            except ImportError:
+                raise EnvError(f"env id {name!r} needs the {package} package: pip install -e '.[{extra}]'") from None
 
 
 def _close_ids(env_id: str) -> str:
@@ -113,8 +100,10 @@ def _close_ids(env_id: str) -> str:
 
 
 def resolve(env_id: str) -> str:
-    """`module:EnvId` -> import module (which registers EnvId) and return EnvId; plain ids pass through."""
+    """`module:EnvId` -> import module (which registers EnvId) and return EnvId; plain ids pass
+    through, after importing the package that registers them (ALE/..., MiniGrid-...)."""
     if ":" not in env_id:
+        _register(env_id)
         return env_id
     module, name = env_id.split(":", 1)
     try:
@@ -173,34 +162,48 @@ def _check_count(env_id: str, ids: tuple[str, ...], agents: int | None) -> None:
                        f"or set the env's own agent-count kwarg via --env-kwargs (e.g. '{{\"N\": {agents}}}' for simple_spread)")
 
 
-def _describe_pettingzoo(env_id: str, agents: int | None, env_kwargs: dict[str, Any]) -> EnvInfo:
+def _flat_width(spec: AgentSpec) -> int:
+    """An agent's observation in the central critic's fallback state: every leaf flattened as stored."""
+    return sum(max(int(np.prod(leaf.shape)), 1) for leaf in spec.obs)
+
+
+def _describe_pettingzoo(env_id: str, agents: int | None, env_kwargs: dict[str, Any], obs_keys: tuple[str, ...]) -> EnvInfo:
     env = _make_pettingzoo(env_id, env_kwargs)
     try:
         ids = tuple(env.possible_agents)
         _check_count(env_id, ids, agents)
-        specs = tuple(agent_spec(f"{env_id} agent {a!r}", env.observation_space(a), env.action_space(a)) for a in ids)
-        env.reset(seed=0)
+        _, infos = env.reset(seed=0)
+        specs = tuple(_agent_spec(f"{env_id} agent {a!r}", env.observation_space(a), env.action_space(a), obs_keys,
+                                  infos.get(a)) for a in ids)
         has_state, size = _has_state(env)
     finally:
         env.close()
-    state_dim = size if has_state else sum(s.obs_dim for s in specs) + len(ids)
+    state_dim = size if has_state else sum(_flat_width(s) for s in specs) + len(ids)
     return EnvInfo(env_id=env_id, agent_ids=ids, specs=specs, reward_threshold=None, state_dim=state_dim,
-                   has_state=has_state, env_kwargs=tuple(sorted(env_kwargs.items())))
+                   has_state=has_state, env_kwargs=tuple(sorted(env_kwargs.items())),
+                   dropped=tuple(sorted({k for s in specs for k in s.dropped})))
 
 
-def describe(env_id: str, agents: int | None = None, env_kwargs: dict[str, Any] | None = None) -> EnvInfo:
+def describe(env_id: str, agents: int | None = None, env_kwargs: dict[str, Any] | None = None,
+             obs_keys: tuple[str, ...] = (), wrappers: tuple[str, ...] = ()) -> EnvInfo:
     """Look the env up and check that a policy can handle its agents' spaces; EnvError if not.
 
     `agents`: for a Gymnasium id, the number of independent copies (None: 1); for a PettingZoo id
-    the env decides, and `agents` (None: take the env's count) must match it.
+    the env decides, and `agents` (None: take the env's count) must match it. The spaces are read
+    from the very object the actors step (a vector env of one copy, wrappers applied), never from a
+    separate `gym.make`: ale_py's vector env, for one, returns other frames than its `gym.make` env.
     """
     env_kwargs = dict(env_kwargs or {})
     if env_id.startswith(PETTINGZOO_PREFIX):
-        return _describe_pettingzoo(env_id, agents, env_kwargs)
+        if wrappers:
+            raise EnvError(f"--wrappers wraps Gymnasium envs; {env_id} is a PettingZoo env (wrap it in its module)")
+        return _describe_pettingzoo(env_id, agents, env_kwargs, tuple(obs_keys))
     agents = 1 if agents is None else agents
     name = resolve(env_id)
     try:
-        env = gym.make(name, **env_kwargs)
+        vec = make_vector(name, 1, env_kwargs, tuple(wrappers))
+    except WrapperError as e:
+        raise EnvError(str(e)) from None
     except gym.error.DependencyNotInstalled as e:
         raise EnvError(f"env id {env_id!r} needs a package that is not installed: {_one_line(e)}") from None
     except gym.error.Error as e:
@@ -209,14 +212,15 @@ def describe(env_id: str, agents: int | None = None, env_kwargs: dict[str, Any] 
     except TypeError as e:
         raise EnvError(f"env id {env_id!r} does not take env kwargs {env_kwargs!r} ({_one_line(e)}); fix --env-kwargs") from None
     try:
-        obs_space, act_space = env.observation_space, env.action_space
-        threshold = env.spec.reward_threshold if env.spec is not None else None
+        obs_space, act_space = vec.single_observation_space, vec.single_action_space
+        _, infos = vec.reset(seed=0)
+        threshold = gym.spec(name).reward_threshold
     finally:
-        env.close()
-    spec = agent_spec(env_id, obs_space, act_space)
+        vec.close()
+    spec = _agent_spec(env_id, obs_space, act_space, tuple(obs_keys), infos)
     return EnvInfo(env_id=env_id, agent_ids=tuple(f"agent_{i}" for i in range(agents)), specs=(spec,) * agents,
-                   reward_threshold=threshold, state_dim=agents * spec.obs_dim + agents, has_state=False,
-                   env_kwargs=tuple(sorted(env_kwargs.items())))
+                   reward_threshold=threshold, state_dim=agents * _flat_width(spec) + agents, has_state=False,
+                   env_kwargs=tuple(sorted(env_kwargs.items())), wrappers=tuple(wrappers), dropped=spec.dropped)
 
 
 def make_env(env_id: str, agents: int | None = None, **kwargs):
@@ -249,5 +253,6 @@ def make_agent_batch(info: EnvInfo, copies: int, groups: list[list[int]]) -> Gym
     check_groups(info, groups)
     if info.is_pettingzoo:
         module = pettingzoo_module(info.env_id)
-        return PettingZooBatch(module.parallel_env, copies, groups, info.kwargs, has_state=info.has_state)
-    return GymAgentsBatch(resolve(info.env_id), len(info.agent_ids), copies, groups, info.kwargs)
+        return PettingZooBatch(module.parallel_env, copies, groups, info.specs, info.kwargs, has_state=info.has_state)
+    return GymAgentsBatch(resolve(info.env_id), len(info.agent_ids), copies, info.specs[0], groups, info.kwargs,
+                          info.wrappers)

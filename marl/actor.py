@@ -12,10 +12,12 @@ import time
 import torch
 
 from envs import EnvInfo, make_agent_batch
+from marl import distributions
 from marl.config import Config
-from marl.models import build_model, sample
-from marl.policies import actor_input, critic_input, specs_of
-from marl.trajectory import Rollout, Trajectory
+from marl.models import build_model, network_of
+from marl.policies import agent_ids, critic_state, specs_of
+from marl.specs import allocate, step_fields, tree_map
+from marl.trajectory import Rollout
 
 # A slot in --rollout episodes mode may not need more than this many steps per episode; past
 # it, something (an env that never ends) is wrong and the request fails instead of hanging.
@@ -31,18 +33,28 @@ class RolloutWorker:
         self.specs = specs_of(cfg, info)
         # The env packs each policy's agents into arrays of their own: one forward per policy per step.
         self.env = make_agent_batch(info, cfg.envs_per_actor, [list(s.agents) for s in self.specs])
-        self.policy = build_model(self.specs, cfg.hidden_sizes).eval()
+        self.policy = build_model(self.specs, network_of(cfg)).eval()
         self.central = any(s.central for s in self.specs)
         self.version = -1
         # Each actor's envs and sampling get their own stream, all derived from the run's seed.
         seed = cfg.seed * 100_003 + 7_919 * (index + 1) + 1_000_003 * seed_offset
         self.generator = torch.Generator().manual_seed(seed)
         self._reset(seed)
-        self._buffers: list[dict[str, torch.Tensor]] = [{} for _ in self.specs]
+        self._buffers: list[dict] = [{} for _ in self.specs]
         self._capacity = 0
 
+    def _observe(self, obs) -> None:
+        """The env's arrays for the current step as tensors (no copies), the agent-id leaf added."""
+        self.obs = []
+        for spec, o in zip(self.specs, obs):
+            o = {k: torch.from_numpy(v) for k, v in o.items()}
+            if "agent_id" in (leaf.name for leaf in spec.obs):
+                o["agent_id"] = agent_ids(spec, (self.copies,))
+            self.obs.append(o)
+        self.masks = [None if m is None else torch.from_numpy(m) for m in self.env.masks]
+
     def _reset(self, seed: int | None) -> None:
-        self.obs = [torch.from_numpy(o).float() for o in self.env.reset(seed=seed)]
+        self._observe(self.env.reset(seed=seed))
         # Per slot: its next step is a real transition (not an autoreset step, not a departed agent's padding).
         self.active = [torch.from_numpy(a.copy()) for a in self.env.active]
         self.ep_return = [torch.zeros(a.shape, dtype=torch.float64) for a in self.active]
@@ -54,30 +66,21 @@ class RolloutWorker:
             return
         cap = max(steps, 2 * self._capacity)
         for g, spec in enumerate(self.specs):
-            lead = (cap, self.copies, len(spec.agents))
-            fields = {
-                "obs": ((*lead, spec.obs_dim), torch.float32),
-                "actions": ((*lead, *spec.action_shape), spec.action_dtype),
-                "logprobs": (lead, torch.float32), "values": (lead, torch.float32),
-                "rewards": (lead, torch.float32), "terminated": (lead, torch.bool),
-                "truncated": (lead, torch.bool), "valid": (lead, torch.bool),
-            }
-            if spec.central:
-                fields["critic_obs"] = ((*lead, spec.critic_dim), torch.float32)
-            new = {k: torch.empty(shape, dtype=dt) for k, (shape, dt) in fields.items()}
-            for k, old in self._buffers[g].items():
-                new[k][: self._capacity] = old
+            new = allocate(step_fields(spec), (cap, self.copies, len(spec.agents)))
+            if self._capacity:
+                tree_map(lambda pair: pair[0][: self._capacity].copy_(pair[1]), _zip(new, self._buffers[g]))
             self._buffers[g] = new
         self._capacity = cap
 
     def _forward(self, g: int, state: torch.Tensor | None):
-        """Policy g's input, critic input, distribution parameters and values for the current observations."""
+        """Policy g's distribution and values for the current observations, and the critic's state input."""
         spec = self.specs[g]
-        x = actor_input(spec, self.obs[g])
-        c = critic_input(spec, x, state)
-        pd, value = self.policy.policies[spec.name](x.reshape(-1, spec.obs_dim),
-                                                    None if c is None else c.reshape(-1, spec.critic_dim))
-        return x, c, pd, value.reshape(self.copies, len(spec.agents))
+        s = critic_state(spec, state)
+        flat = tree_map(lambda x: x.reshape(-1, *x.shape[2:]), self.obs[g])
+        params, value = self.policy.policies[spec.name](flat, None if s is None else s.reshape(-1, spec.state_dim))
+        mask = self.masks[g]
+        dist = distributions.make(spec.action, params, None if mask is None else mask.reshape(-1, mask.shape[-1]))
+        return dist, value.reshape(self.copies, len(spec.agents)), s
 
     def collect(self, version: int, state_dict: dict[str, torch.Tensor] | None) -> Rollout:
         """One rollout with policy `version` (its weights come along only when this actor lacks them)."""
@@ -96,12 +99,12 @@ class RolloutWorker:
             state = torch.from_numpy(self.env.state()) if self.central else None
             trajectories = {}
             for g, spec in enumerate(self.specs):
-                b = {k: v[:steps].clone() for k, v in self._buffers[g].items()}
-                _, _, _, next_value = self._forward(g, state)
+                b = tree_map(lambda v: v[:steps].clone(), self._buffers[g])
+                _, next_value, _ = self._forward(g, state)
                 # With NEXT_STEP autoreset the value computed on the step after a truncation is V(final obs).
                 later = torch.cat([b["values"][1:], next_value.unsqueeze(0)])
-                bootstrap = torch.where(b["truncated"], later, 0.0)
-                trajectories[spec.name] = Trajectory(**b, bootstrap_value=bootstrap, next_value=next_value)
+                trajectories[spec.name] = {**b, "bootstrap_value": torch.where(b["truncated"], later, 0.0),
+                                           "next_value": next_value}
         return Rollout(
             trajectories,
             episode_returns=torch.tensor([e[1] for e in episodes], dtype=torch.float64),
@@ -131,13 +134,17 @@ class RolloutWorker:
             actions = []
             for g, spec in enumerate(self.specs):
                 B = self._buffers[g]
-                x, c, pd, value = self._forward(g, state)
-                action, logprob = sample(pd, spec.action_kind, self.generator)
-                action = action.reshape(self.copies, len(spec.agents), *spec.action_shape)
-                B["obs"][t], B["actions"][t], B["values"][t] = x, action, value
+                dist, value, s = self._forward(g, state)
+                action, logprob = dist.sample(self.generator)
+                action = action.reshape(self.copies, len(spec.agents), *spec.action.shape)
+                for name, x in self.obs[g].items():
+                    B["obs"][name][t] = x
+                B["actions"][t], B["values"][t] = action, value
                 B["logprobs"][t] = logprob.reshape(self.copies, len(spec.agents))
-                if c is not None:
-                    B["critic_obs"][t] = c
+                if spec.mask:
+                    B["action_mask"][t] = self.masks[g]
+                if s is not None:
+                    B["state"][t] = s
                 actions.append(action.numpy())
             obs, rew, term, trunc, active = self.env.step(actions)
             for g, spec in enumerate(self.specs):
@@ -162,5 +169,10 @@ class RolloutWorker:
                 # says so with active False, as it does for the padding of an agent that left its episode.
                 # (A slot past its episode quota stays invalid until the next request resets every env.)
                 self.active[g] = torch.from_numpy(active[g])
-                self.obs[g] = torch.from_numpy(obs[g]).float()
+            self._observe(obs)
             t += 1
+
+
+def _zip(a: dict, b: dict) -> dict:
+    """Two nested dicts of the same shape as one of pairs."""
+    return {k: _zip(a[k], b[k]) if isinstance(a[k], dict) else (a[k], b[k]) for k in a}

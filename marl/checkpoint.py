@@ -21,15 +21,20 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 
 from marl.config import Config, to_toml
 
-if TYPE_CHECKING:
-    from marl.learner import Learner
+
+class Stateful(Protocol):
+    """What the checkpointer sees of a learner rank (torch.distributed.checkpoint's Stateful)."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
 
 class CheckpointError(ValueError):
     """A `--resume` path that cannot be resumed; the message is one line naming the fix."""
@@ -54,35 +59,30 @@ def latest(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def model_shape(specs, hidden_sizes) -> dict:
-    """What must match for weights to load: each policy's agents, input and output sizes, and the hidden widths."""
-    return {"policies": {s.name: s.shape() for s in specs}, "hidden_sizes": list(hidden_sizes)}
+def model_shape(specs, network: dict) -> dict:
+    """What must match for weights to load: each policy's spec (agents, observation leaves, action)
+    and how the network is built (marl.models.network_of)."""
+    return {"policies": {s.name: s.to_dict() for s in specs}, "network": dict(network)}
 
 
-def _rng_key(rank: int) -> str:
-    return f"rng.learner{rank}"
-
-
-def save(learner: Learner, run_dir: Path, iteration: int, trainer: dict | None = None, keep: int = 3) -> Path:
-    """Write the checkpoint of `iteration`. A collective: every learner rank calls it; rank 0 passes
-    the coordinator's `trainer` state and makes the checkpoint visible once every shard is written."""
+def save(state: Stateful, group: dist.ProcessGroup, run_dir: Path, iteration: int, trainer: dict | None,
+         cfg: Config, keep: int = 3) -> Path:
+    """Write the checkpoint of `iteration`. A collective: every learner rank calls it with its own
+    state; rank 0 passes the coordinator's `trainer` state and makes the checkpoint visible once
+    every shard is written."""
     from torch.distributed.checkpoint import save as dcp_save
-    from torch.distributed.checkpoint.state_dict import get_state_dict
 
+    rank = dist.get_rank(group)
     final = checkpoint_dir(run_dir, iteration)
     tmp = final.with_name(f".{final.name}.tmp")
-    if learner.rank == 0:
+    if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)  # the leftover of a crash while writing
-    model_sd, optim_sd = get_state_dict(learner.model, learner.optimizer)
-    state = {"model": model_sd, "optim": optim_sd, _rng_key(learner.rank): learner.generator.get_state()}
     # DCP's planning is a collective over the group: no rank writes before rank 0 has cleared `tmp`.
-    dcp_save(state, checkpoint_id=tmp, process_group=learner.group)
-    dist.barrier(group=learner.group)  # every shard is on disk before the rename makes it a checkpoint
-    if learner.rank == 0:
-        payload = {**trainer, "learners": learner.world,
-                   "model_shape": model_shape(learner.specs, learner.cfg.hidden_sizes), "env": learner.cfg.env}
-        torch.save(payload, tmp / TRAINER_FILE)
-        (tmp / "config.toml").write_text(to_toml(learner.cfg))
+    dcp_save(state.state_dict(), checkpoint_id=tmp, process_group=group)
+    dist.barrier(group=group)  # every shard is on disk before the rename makes it a checkpoint
+    if rank == 0:
+        torch.save(trainer, tmp / TRAINER_FILE)
+        (tmp / "config.toml").write_text(to_toml(cfg))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         _prune(Path(run_dir), keep)
@@ -114,25 +114,16 @@ def drop_newer(checkpoint: Path) -> list[Path]:
     return newer
 
 
-def load(learner: Learner, path: Path) -> None:
-    """Restore the model, the optimizer and this rank's generator from a checkpoint written by any
-    number of learner ranks. A collective: every learner rank calls it."""
-    from torch.distributed.checkpoint import FileSystemReader
+def load(state: Stateful, path: Path, group: dist.ProcessGroup) -> None:
+    """Restore a learner rank's state from a checkpoint written by any number of learner ranks. A
+    collective: every learner rank calls it. A key the checkpoint lacks (the generator of a rank
+    the saving run did not have) keeps its current value."""
     from torch.distributed.checkpoint import load as dcp_load
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
-    # get_state_dict creates the optimizer's state (zeros) so that DCP has tensors to load into.
-    model_sd, optim_sd = get_state_dict(learner.model, learner.optimizer)
-    state = {"model": model_sd, "optim": optim_sd}
-    key = _rng_key(learner.rank)
-    saved_keys = FileSystemReader(path).read_metadata().state_dict_metadata
-    if key in saved_keys:
-        state[key] = learner.generator.get_state()
-    dcp_load(state, checkpoint_id=path, process_group=learner.group)
-    set_state_dict(learner.model, learner.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    if key in state:
-        learner.generator.set_state(state[key])
-    # else: a rank the saving run did not have; its generator keeps the fresh seed it was given.
+    sd = state.state_dict()
+    dcp_load(sd, checkpoint_id=path, process_group=group, planner=DefaultLoadPlanner(allow_partial_load=True))
+    state.load_state_dict(sd)
 
 
 def read_trainer(path: Path) -> dict:
@@ -171,11 +162,23 @@ def check_compatible(checkpoint: Path, cfg: Config, info) -> None:
     if trainer["env"] != cfg.env:
         raise CheckpointError(f"--resume {checkpoint}: the checkpoint was trained on {trainer['env']}, not {cfg.env}; "
                          f"drop --env, or start a new run")
+    from marl.models import network_of
     from marl.policies import specs_of
 
-    want = model_shape(specs_of(cfg, info), cfg.hidden_sizes)
+    want = model_shape(specs_of(cfg, info), network_of(cfg))
     if trainer["model_shape"] != want:
-        diff = ", ".join(f"{k} {trainer['model_shape'].get(k)} (now {v})" for k, v in want.items()
-                         if trainer["model_shape"].get(k) != v)
-        raise CheckpointError(f"--resume {checkpoint}: the checkpoint's network has {diff}; resume with the same "
-                         f"--agents, --hidden-sizes, --policies, --agent-id-input and --critic, or start a new run")
+        diff = _first_difference(trainer["model_shape"], want)
+        raise CheckpointError(f"--resume {checkpoint}: the checkpoint's network differs ({diff}); resume with the same "
+                         f"--agents, --model, --encoder, --hidden-sizes, --obs-keys, --policies, --agent-id-input and --critic, "
+                         f"or start a new run")
+
+
+def _first_difference(saved, now, path: str = "") -> str | None:
+    """Where two nested dicts first differ, as `path: saved (now ...)`."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        for key in {**saved, **now}:
+            found = _first_difference(saved.get(key), now.get(key), f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+        return None
+    return None if saved == now else f"{path} {saved!r}, now {now!r}"

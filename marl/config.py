@@ -68,7 +68,13 @@ class Config:
     vf_coef: float = _f(0.5, "value loss coefficient")
     max_grad_norm: float = _f(0.5, "clip gradients to this global norm (across all learner ranks)")
     target_kl: typing.Optional[float] = _f(None, "stop an update's epochs early when approx KL exceeds this")
-    hidden_sizes: tuple = _f((64, 64), "hidden layer widths of the actor and critic MLPs, e.g. 64,64")
+    # --- network
+    encoder: str = _f("auto", "observation encoder of the built-in network: `auto` (an MLP over vectors and one-hot discrete values, a CNN for each image-shaped Box: the Nature-DQN CNN from 36x36 up, a small conv stack below), `mlp` (flatten everything), `cnn`", choices=("auto", "mlp", "cnn"))
+    hidden_sizes: tuple = _f((64, 64), "hidden layer widths of the actor and critic MLPs (after the encoder), e.g. 64,64")
+    model: str = _f("", "your own torch.nn.Module as module:Class instead of the built-in network (see README, \"Your own network\")")
+    model_kwargs: dict = _f({}, "keyword arguments for --model's constructor: JSON on the command line, a table in TOML", mapping=True)
+    obs_keys: tuple = _f((), "observation keys the network reads, e.g. image,direction (default: every key a network can read; text keys are dropped)", items=str)
+    wrappers: tuple = _f((), "Gymnasium wrappers around each env copy, e.g. \"AtariPreprocessing(frame_skip=4),FrameStackObservation(stack_size=4)\" or `atari` for the standard Atari preprocessing", items=str)
     activation_checkpointing: bool = _f(False, "recompute each block's activations in backward instead of storing them (saves learner memory on big policies)")
     precision: str = _f("fp32", "learner compute precision (bf16 keeps fp32 master weights and fp32 gradient reduction)", choices=("fp32", "bf16"))
     # --- bookkeeping
@@ -124,6 +130,9 @@ def _convert(name: str, value):
                 raise ValueError
             return float(value)
         if kind is tuple:
+            if FIELDS[name].metadata.get("items") is str:
+                items = value if isinstance(value, (list, tuple)) else split_top_level(str(value))
+                return tuple(str(v).strip() for v in items if str(v).strip())
             items = value if isinstance(value, (list, tuple)) else str(value).split(",")
             return tuple(int(v) for v in items)
         if not isinstance(value, str):
@@ -131,6 +140,18 @@ def _convert(name: str, value):
         return value
     except ValueError:
         raise UsageError(f"{flag} expects {kind.__name__ if kind is not tuple else 'comma-separated integers'}, got {value!r}") from None
+
+
+def split_top_level(text: str) -> list[str]:
+    """Split on the commas outside parentheses: "A(x=1, y=2),B" -> ["A(x=1, y=2)", "B"]."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
 
 
 def _mapping(flag: str, value, allow_str: bool):
@@ -192,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         if kind is bool:
             p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
         else:
-            metavar = "N,N" if kind is tuple else "JSON" if kind is dict else kind.__name__.upper()
+            metavar = ("A,B" if f.metadata.get("items") is str else "N,N") if kind is tuple else "JSON" if kind is dict else kind.__name__.upper()
             p.add_argument(flag, metavar=metavar, choices=f.metadata.get("choices"), **kw)
     return p
 

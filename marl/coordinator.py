@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 import torch.distributed.rpc as rpc
@@ -24,13 +24,13 @@ from marl import checkpoint
 from marl.actor import RolloutWorker
 from marl.algorithms import gae
 from marl.config import Config
-from marl.learner import Learner, LearnerGroup, NonFiniteError
+from marl.control import RunControl, StartupClock
+from marl.errors import AllActorsLost, NonFiniteError
+from marl.learner import Learner, LearnerGroup
 from marl.logging import RunLogger
 from marl.policy_file import export_policy
+from marl.specs import cat
 from marl.trajectory import Rollout, flatten_valid
-
-if TYPE_CHECKING:
-    from marl.launch import RunControl, StartupClock
 
 WINDOW = 100  # episodes in the "mean return" that decides when a run is solved (Gymnasium's convention)
 
@@ -58,10 +58,10 @@ def build_batch(rollouts: list[Rollout], cfg: Config) -> dict[str, dict[str, tor
         parts = []
         for rollout in rollouts:
             tr = rollout.trajectories[name]
-            adv, ret = gae(tr.rewards, tr.values, tr.next_value, tr.terminated, tr.truncated,
-                           tr.bootstrap_value, cfg.gamma, cfg.gae_lambda)
+            adv, ret = gae(tr["rewards"], tr["values"], tr["next_value"], tr["terminated"], tr["truncated"],
+                           tr["bootstrap_value"], cfg.gamma, cfg.gae_lambda)
             parts.append(flatten_valid(tr, adv, ret))
-        batch = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+        batch = cat(parts)
         if cfg.norm_adv and batch["advantages"].numel() > 1:  # one sample has no spread to normalise by
             a = batch["advantages"]
             batch["advantages"] = (a - a.mean()) / (a.std() + 1e-8)
@@ -72,10 +72,6 @@ def build_batch(rollouts: list[Rollout], cfg: Config) -> dict[str, dict[str, tor
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
     var = returns.var()
     return float("nan") if var == 0 else float(1 - (returns - values).var() / var)
-
-
-class AllActorsLost(RuntimeError):
-    """Every actor failed: the run cannot go on."""
 
 
 class ActorPool:

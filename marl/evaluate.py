@@ -13,11 +13,12 @@ from pathlib import Path
 
 def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
     """Each agent's returns over its first `episodes` whole episodes, one env copy, actions from
-    `act(g, spec, obs [1, n_g, env_obs_dim] tensor) -> actions [1, n_g, ...]` for each policy g."""
+    `act(spec, obs {leaf: [n_g, ...]}, mask [n_g, mask_size] or None) -> actions [n_g, ...]` for each policy."""
     import numpy as np
     import torch
 
     from envs import make_agent_batch
+    from marl.policies import agent_ids
 
     env = make_agent_batch(info, 1, [list(s.agents) for s in specs])
     obs = env.reset(seed=seed)
@@ -29,7 +30,14 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
         for _ in range(limit):
             if min(len(r) for r in returns) >= episodes:
                 break
-            actions = [act(g, spec, torch.from_numpy(obs[g]).float()).numpy() for g, spec in enumerate(specs)]
+            actions = []
+            for g, spec in enumerate(specs):
+                o = {k: torch.from_numpy(v[0]) for k, v in obs[g].items()}
+                if "agent_id" in (leaf.name for leaf in spec.obs):
+                    o["agent_id"] = agent_ids(spec, ())
+                mask = env.masks[g]
+                a = act(spec, o, None if mask is None else torch.from_numpy(mask[0]))
+                actions.append(a.reshape(1, len(spec.agents), *spec.action.shape).numpy())
             obs, rew, term, trunc, active = env.step(actions)
             for g, spec in enumerate(specs):
                 running[g] += np.where(valid[g], rew[g], 0.0)
@@ -49,36 +57,32 @@ def evaluate(run_dir: Path, episodes: int, seed: int, sample: bool) -> dict[str,
     import torch
 
     from envs import describe
-    from marl.models import sample as sample_actions
-    from marl.policies import actor_input
+    from marl import distributions
     from marl.policy_file import load_policy
 
     model, specs, meta = load_policy(run_dir / "policy.pt")
-    info = describe(meta["env"], meta["agents"], meta["env_kwargs"])
+    info = describe(meta["env"], meta["agents"], meta["env_kwargs"], tuple(meta["obs_keys"]), tuple(meta["wrappers"]))
     generator = torch.Generator().manual_seed(seed)
 
-    def act(g, spec, obs):
-        pd = model.policies[spec.name].distribution(actor_input(spec, obs).reshape(-1, spec.obs_dim))
-        if sample:
-            action, _ = sample_actions(pd, spec.action_kind, generator)
-        else:
-            action = pd.argmax(-1) if spec.action_kind == "discrete" else pd.chunk(2, dim=-1)[0]
-        return action.reshape(*obs.shape[:2], *spec.action_shape)
+    def act(spec, obs, mask):
+        pi = distributions.make(spec.action, model.policies[spec.name].act(obs), mask)
+        return pi.sample(generator)[0] if sample else pi.mode()
 
     return play(info, specs, act, episodes, seed)
 
 
 def random_returns(info, specs, episodes: int, seed: int) -> dict[str, list[float]]:
-    """The baseline a trained policy must beat: uniformly random actions (Box: standard normal, then clipped by the env)."""
+    """The baseline a trained policy must beat: uniformly random (legal) actions; Box: standard
+    normal, then clipped by the env."""
     import torch
+
+    from marl import distributions
 
     generator = torch.Generator().manual_seed(seed)
 
-    def act(g, spec, obs):
-        shape = (*obs.shape[:2], *spec.action_shape)
-        if spec.action_kind == "discrete":
-            return torch.randint(spec.num_actions, shape, generator=generator)
-        return torch.randn(shape, generator=generator)
+    def act(spec, obs, mask):
+        params = distributions.uniform_params(spec.action, len(spec.agents))
+        return distributions.make(spec.action, params, mask).sample(generator)[0]
 
     return play(info, specs, act, episodes, seed)
 
@@ -98,7 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes < 1:
         print(f"error: --episodes must be at least 1, got {args.episodes}", file=sys.stderr)
         return 2
-    results = evaluate(run_dir, args.episodes, args.seed, args.sample)
+    from marl.models import ModelError
+
+    try:
+        results = evaluate(run_dir, args.episodes, args.seed, args.sample)
+    except ModelError as e:
+        print(f"error: {run_dir}/policy.pt: {e}", file=sys.stderr)
+        return 2
     everyone = [x for r in results.values() for x in r]
     for agent, r in results.items():
         print(f"{agent}: mean {sum(r) / len(r):8.1f} | min {min(r):8.1f} | max {max(r):8.1f} | {len(r)} episodes")

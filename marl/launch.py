@@ -21,7 +21,6 @@ import threading
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable, NoReturn
@@ -33,8 +32,8 @@ import torch.multiprocessing as mp
 
 from envs import EnvInfo
 from marl.config import Config, UsageError
-from marl.coordinator import AllActorsLost
-from marl.learner import NonFiniteError
+from marl.control import RunControl, StartupClock, StopSignals, Terminated, process_start_time
+from marl.errors import AllActorsLost, NonFiniteError
 
 _PR_SET_PDEATHSIG = 1
 
@@ -65,78 +64,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
-
-
-@dataclass
-class StartupClock:
-    """Wall-clock marks (time.time()) of a run's start-up, for the start-up line and perf/startup_*."""
-
-    command: float | None  # this process's start, from /proc (None where there is no /proc)
-    launch: float  # imports and config checks done, processes about to start
-    marks: dict[str, float] = field(default_factory=dict)  # later phases, in order
-
-    def mark(self, phase: str) -> None:
-        self.marks[phase] = time.time()
-
-    def parts(self) -> dict[str, float]:
-        """Seconds spent in each phase, the phase named by the mark that ends it."""
-        out, last = {}, self.launch
-        if self.command is not None:
-            out["imports_and_checks"] = self.launch - self.command
-        for phase, t in self.marks.items():
-            out[phase], last = t - last, t
-        return out
-
-
-class Terminated(Exception):
-    """SIGTERM, turned into an exception so that the same unwinding as Ctrl-C's flushes the logs."""
-
-
-class StopSignals:
-    """SIGINT and SIGTERM ask the run to stop at the next iteration boundary: an exception raised
-    at an arbitrary point can land inside torch's C++ RPC code and leave a future that never
-    completes (seen: Ctrl-C during dispatch hung the coordinator in wait_all). A second signal
-    stops at once."""
-
-    def __init__(self):
-        self.received: int | None = None
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        if self.received is not None:
-            self.raise_for(signum)
-        self.received = signum
-
-    @staticmethod
-    def raise_for(signum: int):
-        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
-
-    def check(self) -> None:
-        """Raise KeyboardInterrupt or Terminated if a signal came; call it where stopping is safe."""
-        if self.received is not None:
-            self.raise_for(self.received)
-
-
-@dataclass
-class RunControl:
-    """What the launcher hands rank 0's main: the start-up clock and the stop signals."""
-
-    clock: StartupClock
-    stop: StopSignals
-    peers_lost: bool = False  # set by the coordinator when it drops a process that failed
-
-
-def process_start_time() -> float | None:
-    """When this process started, on the time.time() clock (Linux; 10 ms resolution)."""
-    try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        return time.time() - (uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 Rank0Main = Callable[[Config, EnvInfo, "dist.ProcessGroup", torch.device, RunControl], int]

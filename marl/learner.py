@@ -13,20 +13,20 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from envs import EnvInfo
-from marl import checkpoint
+from marl import checkpoint, distributions
 from marl.algorithms import ppo_loss
 from marl.config import Config
-from marl.models import PolicySet, build_model, entropy, log_prob
+from marl.errors import NonFiniteError
+from marl.models import PolicySet, build_model, network_of
 from marl.policies import PolicySpec, specs_of
+from marl.specs import leaves, sample_fields, tree_map
 
 _STOP, _TRAIN, _GATHER, _SAVE = 0, 1, 2, 3
 
-
-class NonFiniteError(FloatingPointError):
-    """The loss or the gradients became NaN or Inf; raised before the optimizer step that would use them."""
 METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
 
 
@@ -37,20 +37,35 @@ METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "gra
 MIN_BLOCK_PARAMS = 1_000_000
 
 
+def _replace(root: nn.Module, target: nn.Module, new: nn.Module) -> None:
+    """Put `new` where `target` sits in `root`'s tree."""
+    for name, module in root.named_modules():
+        if module is target:
+            parent, _, attr = name.rpartition(".")
+            setattr(root.get_submodule(parent), attr, new)
+            return
+    raise ValueError("module not found in the model")
+
+
 def parallelize(model: PolicySet, mesh: DeviceMesh | None, precision: str, min_block_params: int = MIN_BLOCK_PARAMS,
                 activation_checkpointing: bool = False) -> PolicySet:
     """Optionally checkpoint each block's activations, then shard each block big enough to be worth
     it, then the root (which takes every other parameter): TorchTitan's order, AC before FSDP.
-    With no mesh, only the activation checkpointing is applied."""
+    The blocks are what a built-in network declares, or for a user's network the submodules that
+    FSDP's size-based rule picks (`PolicySet.blocks`). With no mesh, only the activation
+    checkpointing is applied."""
     # Imported here, not at the top: a single fp32 learner rank needs neither.
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
+    blocks = model.blocks(min_block_params)
     if activation_checkpointing:
         # Recompute each block's activations in backward instead of keeping them from forward.
-        for policy in model.policies.values():
-            for mlp in (policy.actor, policy.critic):
-                for i, block in enumerate(mlp.blocks):
-                    mlp.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
+        wrapped = []
+        for block in blocks:
+            new = checkpoint_wrapper(block, preserve_rng_state=False)
+            _replace(model, block, new)
+            wrapped.append(new)
+        blocks = wrapped
     if mesh is None:
         return model
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -61,21 +76,35 @@ def parallelize(model: PolicySet, mesh: DeviceMesh | None, precision: str, min_b
         root_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.float32)
     else:
         block_mp = root_mp = MixedPrecisionPolicy()
-    for block in model.blocks():
+    for block in blocks:
         if sum(p.numel() for p in block.parameters()) >= min_block_params:
             fully_shard(block, mesh=mesh, mp_policy=block_mp)
     fully_shard(model, mesh=mesh, mp_policy=root_mp)
     return model
 
 
-def sample_fields(spec: PolicySpec) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Per-sample shape and dtype of each field of one policy's training batch."""
-    scalar = ((), torch.float32)
-    fields = {"obs": ((spec.obs_dim,), torch.float32), "actions": (spec.action_shape, spec.action_dtype),
-              "logprobs": scalar, "values": scalar, "advantages": scalar, "returns": scalar}
-    if spec.central:
-        fields["critic_obs"] = ((spec.critic_dim,), torch.float32)
-    return fields
+class TrainState:
+    """What a learner rank checkpoints, as a `torch.distributed.checkpoint` Stateful: the model's
+    and the optimizer's (sharded) state and this rank's sampling generator. The checkpointer sees
+    only `state_dict` / `load_state_dict` (TorchTitan's rule), never a learner's attributes."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator, rank: int):
+        self.model, self.optimizer, self.generator = model, optimizer, generator
+        self.rng_key = f"rng.learner{rank}"
+
+    def state_dict(self) -> dict:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        # get_state_dict creates the optimizer's state (zeros) so that a load has tensors to load into.
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {"model": model_sd, "optim": optim_sd, self.rng_key: self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        # A rank the saving run did not have keeps the fresh seed it was given (checkpoint.load).
+        self.generator.set_state(state[self.rng_key])
 
 
 class Learner:
@@ -87,7 +116,7 @@ class Learner:
         # Every rank must start from the same full weights: fully_shard keeps each rank's own slice.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
-            model = build_model(self.specs, cfg.hidden_sizes)
+            model = build_model(self.specs, network_of(cfg))
         model = model.to(device)
         self.sharded = self.world > 1 or cfg.precision != "fp32"
         if self.sharded:
@@ -103,8 +132,9 @@ class Learner:
         # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
         self.generator = torch.Generator().manual_seed(cfg.seed * 1_000 + self.rank)
+        self.state = TrainState(self.model, self.optimizer, self.generator, self.rank)
         if cfg.resume:
-            checkpoint.load(self, Path(cfg.resume))  # a collective, like everything a Learner does with the group
+            checkpoint.load(self.state, Path(cfg.resume), self.group)  # a collective, like everything a Learner does
 
     def update(self, shards: dict[str, dict[str, torch.Tensor]], lr: float) -> dict[str, float]:
         """PPO epochs over this rank's shard of every policy's samples: each minibatch step sums the
@@ -112,30 +142,30 @@ class Learner:
         minibatches and ranks: per policy as `<policy>/<metric>`, and over policies as `<metric>`."""
         cfg = self.cfg
         # A policy whose agents made too few valid steps this iteration (agents that left early) sits it out.
-        specs = [s for s in self.specs if shards[s.name]["obs"].shape[0] > 0]
+        specs = [s for s in self.specs if shards[s.name]["values"].shape[0] > 0]
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        data = {s.name: {k: v.to(self.device, non_blocking=True) for k, v in shards[s.name].items()} for s in specs}
+        data = {s.name: tree_map(lambda v: v.to(self.device, non_blocking=True), shards[s.name]) for s in specs}
         K = cfg.num_minibatches
-        sizes = {name: d["obs"].shape[0] // K for name, d in data.items()}
+        sizes = {name: d["values"].shape[0] // K for name, d in data.items()}
         per_policy = len(METRICS) - 1
         totals = torch.zeros(len(specs) * per_policy + 1, device=self.device)
         count = 0
         for epoch in range(cfg.update_epochs):
-            perms = {name: torch.randperm(d["obs"].shape[0], generator=self.generator).to(self.device)
+            perms = {name: torch.randperm(d["values"].shape[0], generator=self.generator).to(self.device)
                      for name, d in data.items()}
             epoch_kl = torch.zeros((), device=self.device)
             for k in range(K):
-                mb = {name: {f: v[perms[name][k * sizes[name]:(k + 1) * sizes[name]]] for f, v in d.items()}
+                mb = {name: tree_map(lambda v: v[perms[name][k * sizes[name]:(k + 1) * sizes[name]]], d)
                       for name, d in data.items()}
-                out = self.model({name: (m["obs"], m.get("critic_obs")) for name, m in mb.items()})
+                out = self.model({name: (m["obs"], m.get("state")) for name, m in mb.items()})
                 loss, stats = 0.0, []
                 for spec in specs:
                     m, (pd, value) = mb[spec.name], out[spec.name]
-                    pd, value = pd.float(), value.float()
+                    pi = distributions.make(spec.action, pd.float(), m.get("action_mask"))
                     policy_loss, policy_stats = ppo_loss(
-                        log_prob(pd, spec.action_kind, m["actions"]), m["logprobs"], m["advantages"], value,
-                        m["values"], m["returns"], entropy(pd, spec.action_kind), clip_coef=cfg.clip_coef,
+                        pi.log_prob(m["actions"]), m["logprobs"], m["advantages"], value.float(),
+                        m["values"], m["returns"], pi.entropy(), clip_coef=cfg.clip_coef,
                         clip_vloss=cfg.clip_vloss, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
                     loss = loss + policy_loss
                     stats.extend(policy_stats[name] for name in METRICS[:-1])
@@ -182,16 +212,38 @@ class Learner:
         return sd
 
 
-def _scatter(learner: Learner, spec: PolicySpec, per_rank: int, batch: dict[str, torch.Tensor] | None = None,
-             perm: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """This rank's `per_rank` samples of one policy: rank 0 passes the shuffled batch, the others receive."""
+def _scatter(learner: Learner, spec: PolicySpec, per_rank: int, batch: dict | None = None,
+             perm: torch.Tensor | None = None) -> dict:
+    """This rank's `per_rank` samples of one policy: rank 0 passes the shuffled batch, the others
+    receive. Every field of `sample_fields` goes, in the same order on every rank."""
     shard = {}
-    for key, (shape, dtype) in sample_fields(spec).items():
-        shard[key] = torch.empty((per_rank, *shape), dtype=dtype, device=learner.device)
+    for name, (shape, dtype) in leaves(sample_fields(spec)):
+        out = torch.empty((per_rank, *shape), dtype=dtype, device=learner.device)
         if per_rank:
-            chunks = None if batch is None else [c.to(learner.device).contiguous() for c in batch[key][perm].split(per_rank)]
-            dist.scatter(shard[key], chunks, group=learner.group, group_src=0)
+            chunks = None
+            if batch is not None:
+                source = batch
+                for key in name.split("."):
+                    source = source[key]
+                chunks = [c.to(learner.device).contiguous() for c in source[perm].split(per_rank)]
+            dist.scatter(out, chunks, group=learner.group, group_src=0)
+        node = shard
+        *path, last = name.split(".")
+        for key in path:
+            node = node.setdefault(key, {})
+        node[last] = out
     return shard
+
+
+def save(learner: Learner, iteration: int, trainer: dict | None = None) -> Path:
+    """Every rank's part of a checkpoint; rank 0 adds the coordinator's `trainer` state and what
+    it takes to check a resume against (see marl.checkpoint)."""
+    cfg = learner.cfg
+    meta = None
+    if trainer is not None:
+        meta = {**trainer, "learners": learner.world, "model_shape": checkpoint.model_shape(learner.specs, network_of(cfg)),
+                "env": cfg.env}
+    return checkpoint.save(learner.state, learner.group, cfg.run_dir, iteration, meta, cfg, cfg.keep_checkpoints)
 
 
 class LearnerGroup:
@@ -217,11 +269,11 @@ class LearnerGroup:
         L, K = self.learner.world, self.learner.cfg.num_minibatches
         sizes, perms = [], {}
         for spec in self.learner.specs:
-            n = batches[spec.name]["obs"].shape[0]
+            n = batches[spec.name]["values"].shape[0]
             sizes.append((n // (L * K)) * K)  # 0: too few this time; the policy sits this update out
             perms[spec.name] = torch.randperm(n, generator=self.generator)[: sizes[-1] * L]
         if not any(sizes):
-            raise RuntimeError(f"batches of {[b['obs'].shape[0] for b in batches.values()]} samples are too small for "
+            raise RuntimeError(f"batches of {[b['values'].shape[0] for b in batches.values()]} samples are too small for "
                                f"{L} learner(s) x {K} minibatches")
         self._header(_TRAIN, 0, lr, sizes)
         own = {spec.name: _scatter(self.learner, spec, per_rank, batches[spec.name], perms[spec.name])
@@ -235,9 +287,8 @@ class LearnerGroup:
     def save(self, iteration: int, trainer: dict) -> Path:
         """Checkpoint every rank's shard and rank 0's `trainer` state (see marl.checkpoint)."""
         self._header(_SAVE, iteration)
-        cfg = self.learner.cfg
         trainer = {**trainer, "group_rng": self.generator.get_state()}
-        return checkpoint.save(self.learner, cfg.run_dir, iteration, trainer, cfg.keep_checkpoints)
+        return save(self.learner, iteration, trainer)
 
     def restore(self, trainer: dict) -> None:
         """Rank 0's part of a resume that the Learner's own restore does not cover."""
@@ -259,7 +310,7 @@ def follow(learner: Learner) -> None:
             learner.full_state_dict()
             continue
         if command == _SAVE:
-            checkpoint.save(learner, learner.cfg.run_dir, arg, None, learner.cfg.keep_checkpoints)
+            save(learner, arg)
             continue
         shards = {spec.name: _scatter(learner, spec, per_rank)
                   for spec, per_rank in zip(learner.specs, header[3:].long().tolist())}

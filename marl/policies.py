@@ -10,12 +10,14 @@ config, so every process derives the same specs.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass
 
 import torch
 
 from envs import EnvInfo
+from envs.spaces import ActionSpec, Leaf
 
 
 class PolicyError(ValueError):
@@ -24,30 +26,28 @@ class PolicyError(ValueError):
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """One network: the agents it acts for and its input and output sizes."""
+    """One network: the agents it acts for, what it reads and how it acts (plain values)."""
 
     name: str
     agents: tuple[int, ...]  # indices into EnvInfo.agent_ids, in the env's agent order
-    env_obs_dim: int  # the env's observation size for these agents
-    obs_dim: int  # the actor's input: env_obs_dim, plus a one-hot of the agent within the policy if --agent-id-input
-    critic_dim: int  # the critic's input: obs_dim (local critic), or the global state + obs_dim with --critic central
+    obs: tuple[Leaf, ...]  # the observation's leaves, and "agent_id" (a one-hot within the policy) with --agent-id-input
+    action: ActionSpec
+    mask: str  # where the action mask comes from ("" if none): AgentSpec.mask
     central: bool  # the critic reads the global state (MAPPO), not the agent's own observation (IPPO)
-    action_kind: str
-    action_shape: tuple[int, ...]
-    num_actions: int
+    state_dim: int  # the global state's size with --critic central, else 0
 
     @property
-    def action_dtype(self) -> torch.dtype:
-        return torch.int64 if self.action_kind == "discrete" else torch.float32
+    def critic_obs(self) -> tuple[Leaf, ...]:
+        """The critic's input: MAPPO's agent-specific global state (the env's state, then the agent's own input)."""
+        return (Leaf("state", None, "box", (self.state_dim,), "float32"), *self.obs) if self.central else self.obs
 
-    @property
-    def agent_id_dim(self) -> int:
-        return self.obs_dim - self.env_obs_dim
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
-    def shape(self) -> dict:
-        """What must match for saved weights to load into this network (plain values)."""
-        return {"agents": list(self.agents), "obs_dim": self.obs_dim, "critic_dim": self.critic_dim,
-                "central": self.central, "action_kind": self.action_kind, "num_actions": self.num_actions}
+    @classmethod
+    def from_dict(cls, d: dict) -> "PolicySpec":
+        return cls(**{**d, "agents": tuple(d["agents"]), "obs": tuple(Leaf(**leaf) for leaf in d["obs"]),
+                      "action": ActionSpec(**d["action"])})
 
 
 def assign(agent_ids: tuple[str, ...], policies) -> list[tuple[str, list[int]]]:
@@ -93,11 +93,11 @@ def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str) -> 
                 raise PolicyError(f"--policies: policy {name!r} acts for {a} and {b}, whose spaces differ "
                                   f"({_describe(first)} vs {_describe(info.specs[i])}); give them separate policies "
                                   f"(--policies per-agent, or a mapping)")
-        one_hot = len(agents) if agent_id_input and len(agents) > 1 else 0
-        obs_dim = first.obs_dim + one_hot
-        critic_dim = info.state_dim + obs_dim if critic == "central" else obs_dim
-        specs.append(PolicySpec(name, tuple(agents), first.obs_dim, obs_dim, critic_dim, critic == "central",
-                                first.action_kind, first.action_shape, first.num_actions))
+        obs = first.obs
+        if agent_id_input and len(agents) > 1:
+            obs = (*obs, Leaf("agent_id", None, "discrete", (), "int64", (len(agents),), (0,)))
+        specs.append(PolicySpec(name, tuple(agents), obs, first.action, first.mask, critic == "central",
+                                info.state_dim if critic == "central" else 0))
     return tuple(specs)
 
 
@@ -106,28 +106,24 @@ def specs_of(cfg, info: EnvInfo) -> tuple[PolicySpec, ...]:
     return policy_specs(info, cfg.policies, cfg.agent_id_input, cfg.critic)
 
 
-def actor_input(spec: PolicySpec, obs: torch.Tensor) -> torch.Tensor:
-    """[..., n, env_obs_dim] observations of the policy's n agents -> the actor's input [..., n, obs_dim]."""
-    if not spec.agent_id_dim:
-        return obs
-    return torch.cat([obs, torch.eye(spec.agent_id_dim, dtype=obs.dtype).expand(*obs.shape[:-1], -1)], dim=-1)
+def agent_ids(spec: PolicySpec, lead: tuple[int, ...]) -> torch.Tensor:
+    """The "agent_id" leaf for [*lead, n] slots: each agent's position within its policy."""
+    return torch.arange(len(spec.agents)).expand(*lead, len(spec.agents))
 
 
-def critic_input(spec: PolicySpec, actor_obs: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor | None:
-    """The critic's input for the policy's n agents, or None when it reads the actor's input.
+def critic_state(spec: PolicySpec, state: torch.Tensor | None) -> torch.Tensor | None:
+    """The env's global state [..., state_dim] (one per env copy) repeated for each of the policy's
+    n agents, or None when the critic reads the actor's input.
 
-    With --critic central: the env's global state `state` [..., state_dim] (one per env copy),
-    followed by the agent's own actor input, which is MAPPO's agent-specific global state (Yu et
-    al. 2022, Sec. 5.1 "Agent-Specific Global State"): the global state alone tells a shared critic
-    neither which agent it values nor what that agent sees relative to itself.
+    The critic then reads it together with the agent's own input, which is MAPPO's agent-specific
+    global state (Yu et al. 2022, Sec. 5.1 "Agent-Specific Global State"): the global state alone
+    tells a shared critic neither which agent it values nor what that agent sees relative to itself.
     """
     if not spec.central:
         return None
     n = len(spec.agents)
-    shared = state.unsqueeze(-2).expand(*state.shape[:-1], n, state.shape[-1])
-    return torch.cat([shared, actor_obs], dim=-1)
+    return state.unsqueeze(-2).expand(*state.shape[:-1], n, state.shape[-1])
 
 
 def _describe(spec) -> str:
-    action = f"Discrete({spec.num_actions})" if spec.action_kind == "discrete" else f"Box({spec.num_actions})"
-    return f"obs {spec.obs_dim}, actions {action}"
+    return spec.describe()

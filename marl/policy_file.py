@@ -1,9 +1,9 @@
 """The exported policy: `runs/<run>/policy.pt`, plain tensors and plain values only, so that
-`torch.load(path, weights_only=True)` reads it without trusting any pickled code."""
+`torch.load(path, weights_only=True)` reads it without trusting any pickled code. It records how
+to rebuild the network (the built-in's settings, or a custom module's import path and kwargs)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
@@ -11,7 +11,7 @@ import torch
 
 from envs import EnvInfo
 from marl.config import Config
-from marl.models import PolicySet, build_model
+from marl.models import PolicySet, build_model, network_of
 from marl.policies import PolicySpec
 
 
@@ -21,10 +21,12 @@ def export_policy(path: Path, weights: dict[str, torch.Tensor], info: EnvInfo, c
     (temp + rename), so that a crash while writing never leaves a half file under the real name."""
     payload = {
         "state_dict": weights,
-        "policies": [{k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(s).items()} for s in specs],
-        "hidden_sizes": list(cfg.hidden_sizes),
+        "policies": [s.to_dict() for s in specs],
+        "network": network_of(cfg),
         "env": cfg.env,
         "env_kwargs": dict(cfg.env_kwargs),
+        "obs_keys": list(cfg.obs_keys),
+        "wrappers": list(cfg.wrappers),
         "agents": len(info.agent_ids),
         "agent_ids": list(info.agent_ids),
     }
@@ -34,10 +36,10 @@ def export_policy(path: Path, weights: dict[str, torch.Tensor], info: EnvInfo, c
 
 
 def load_policy(path: Path) -> tuple[PolicySet, tuple[PolicySpec, ...], dict]:
-    """The exported networks, ready to act, their specs, and the payload's metadata."""
+    """The exported networks, ready to act, their specs, and the payload's metadata. A custom
+    network whose module no longer imports raises marl.models.ModelError (one line)."""
     payload = torch.load(path, weights_only=True)
-    specs = tuple(PolicySpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in p.items()})
-                  for p in payload["policies"])
-    model = build_model(specs, tuple(payload["hidden_sizes"]))
+    specs = tuple(PolicySpec.from_dict(p) for p in payload["policies"])
+    model = build_model(specs, payload["network"])
     model.load_state_dict(payload["state_dict"])
     return model.eval(), specs, payload

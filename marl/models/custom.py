@@ -1,0 +1,110 @@
+"""The user's own network, `--model module:Class`, and the protocol it follows.
+
+    class Net(torch.nn.Module):
+        def __init__(self, obs_space, action_space, num_outputs, **model_kwargs): ...
+        def forward(self, obs) -> (head, value)
+
+- `obs_space` is the observation as the network receives it (a `gymnasium.spaces` object:
+  `Box`, `Discrete`, ..., or a `Dict` of them once the action mask and unusable keys are taken
+  out); `forward` gets a batch of it: a tensor [B, *shape] for a plain space, a dict of them for
+  a `Dict`, in their stored dtypes (`uint8` images, `int64` indices: the network converts).
+- `num_outputs` is the size of the head marl turns into the action distribution: logits for
+  Discrete (n) and MultiDiscrete (sum of nvec), one logit per bit for MultiBinary, the means for
+  Box (marl adds a learned log-std). Action masks are applied by marl, after the network.
+- `forward` returns `(head [B, num_outputs], value [B])`.
+- `model_kwargs` are `--model-kwargs` (JSON, or a TOML table): plain values, saved with the run.
+- No FSDP code: the learner shards any submodule of a million parameters or more as a unit of its
+  own (FSDP's size-based auto-wrap) and the rest with the root.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from envs.spaces import Leaf
+
+
+class ModelError(ValueError):
+    """A --model that cannot be used; the message is one line naming the fix."""
+
+
+def leaf_space(leaf: Leaf) -> gym.Space:
+    if leaf.kind == "discrete":
+        return gym.spaces.Discrete(leaf.nvec[0])
+    if leaf.kind == "multidiscrete":
+        return gym.spaces.MultiDiscrete(list(leaf.nvec))
+    if leaf.kind == "multibinary":
+        return gym.spaces.MultiBinary(leaf.shape[0])
+    if leaf.dtype == "uint8":
+        return gym.spaces.Box(0, 255, leaf.shape, np.uint8)
+    return gym.spaces.Box(-np.inf, np.inf, leaf.shape, np.float32)
+
+
+def observation_space(leaves: tuple[Leaf, ...]) -> gym.Space:
+    """What the user's network is given: a plain space, or a Dict keyed by leaf name."""
+    if len(leaves) == 1 and leaves[0].name == "obs":
+        return leaf_space(leaves[0])
+    return gym.spaces.Dict({leaf.name: leaf_space(leaf) for leaf in leaves})
+
+
+def action_space(action) -> gym.Space:
+    if action.kind == "categorical":
+        return gym.spaces.Discrete(action.nvec[0])
+    if action.kind == "multicategorical":
+        return gym.spaces.MultiDiscrete(list(action.nvec))
+    if action.kind == "bernoulli":
+        return gym.spaces.MultiBinary(list(action.env_shape))
+    return gym.spaces.Box(np.asarray(action.low, np.float32).reshape(action.env_shape),
+                          np.asarray(action.high, np.float32).reshape(action.env_shape))
+
+
+def load_class(path: str) -> type:
+    """`module:Class` -> the class; ModelError with one line if it cannot be had. The working
+    directory is importable, as it is for `python -m`."""
+    module_name, _, name = path.partition(":")
+    if not module_name or not name:
+        raise ModelError(f"--model {path!r}: expected module:Class, e.g. my_nets:GridNet")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # noqa: BLE001 - an ImportError or the module's own error at import: the same answer
+        raise ModelError(f"--model {path}: module {module_name!r} does not import ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())}); check the name and that it is on the Python path") from None
+    cls = getattr(module, name, None)
+    if cls is None:
+        raise ModelError(f"--model {path}: module {module_name!r} has no {name!r}")
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise ModelError(f"--model {path}: {name} is not a torch.nn.Module subclass")
+    return cls
+
+
+class CustomPolicy(nn.Module):
+    """The user's network behind the same interface as the built-in ActorCritic."""
+
+    def __init__(self, spec, path: str, kwargs: dict):
+        super().__init__()
+        cls = load_class(path)
+        self.plain = len(spec.obs) == 1 and spec.obs[0].name == "obs"
+        try:
+            self.net = cls(observation_space(spec.obs), action_space(spec.action), spec.action.num_outputs, **kwargs)
+        except Exception as e:  # noqa: BLE001 - whatever the constructor raised, the user must fix it there
+            raise ModelError(f"--model {path}: {cls.__name__}(obs_space, action_space, num_outputs, **model_kwargs) "
+                             f"failed: {type(e).__name__}: {' '.join(str(e).split())}") from None
+        self.log_std = nn.Parameter(torch.zeros(spec.action.num_outputs)) if spec.action.kind == "gaussian" else None
+
+    def forward(self, obs: dict[str, torch.Tensor], state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        head, value = self.net(obs["obs"] if self.plain else obs)
+        if self.log_std is not None:
+            head = torch.cat([head, self.log_std.to(head.dtype).expand_as(head)], dim=-1)
+        return head, value
+
+    def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self(obs)[0]

@@ -1,0 +1,72 @@
+"""What one policy's agent-step holds: every field, its shape and dtype, derived from the spaces.
+
+This is the one declaration of the fields. The actor's buffers are allocated from it, the
+trajectories it sends are slices of them, the coordinator flattens them into samples with it,
+and the learner ranks receive their shards by it. A field is a tensor, or (the observation) a
+dict of tensors, one per leaf: a nested tensor dict, walked by the helpers below.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from marl.policies import PolicySpec
+
+Field = tuple[tuple[int, ...], torch.dtype]
+SCALAR: Field = ((), torch.float32)
+FLAG: Field = ((), torch.bool)
+# What GAE or V-trace read, and a training sample no longer needs.
+TARGET_INPUTS = ("rewards", "terminated", "truncated", "valid")
+TARGETS = ("advantages", "returns")
+
+
+def step_fields(spec: PolicySpec) -> dict:
+    """Per agent-step: everything an actor records for one policy."""
+    fields = {
+        "obs": {leaf.name: (leaf.shape, getattr(torch, leaf.dtype)) for leaf in spec.obs},
+        "actions": (spec.action.shape, getattr(torch, spec.action.dtype)),
+        "logprobs": SCALAR, "values": SCALAR, "rewards": SCALAR,
+        "terminated": FLAG, "truncated": FLAG, "valid": FLAG,
+    }
+    if spec.mask:
+        fields["action_mask"] = ((spec.action.mask_size,), torch.bool)
+    if spec.central:
+        fields["state"] = ((spec.state_dim,), torch.float32)
+    return fields
+
+
+def sample_fields(spec: PolicySpec) -> dict:
+    """Per training sample: the step's fields less the targets' inputs, plus the targets."""
+    fields = {k: v for k, v in step_fields(spec).items() if k not in TARGET_INPUTS}
+    return {**fields, **{k: SCALAR for k in TARGETS}}
+
+
+def tree_map(fn: Callable, tree):
+    """fn applied to every tensor (or field) of a nested dict, keeping its shape."""
+    if isinstance(tree, dict):
+        return {k: tree_map(fn, v) for k, v in tree.items()}
+    return fn(tree)
+
+
+def leaves(tree, prefix: str = ""):
+    """(dotted name, tensor) for every leaf of a nested dict, in a fixed order."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from leaves(v, f"{prefix}{k}.")
+    else:
+        yield prefix[:-1], tree
+
+
+def allocate(fields: dict, lead: tuple[int, ...], device: torch.device | str = "cpu") -> dict:
+    """Empty tensors [*lead, *shape] for every field."""
+    return tree_map(lambda f: torch.empty((*lead, *f[0]), dtype=f[1], device=device), fields)
+
+
+def cat(trees: list[dict]) -> dict:
+    """Concatenate nested dicts of tensors along the first axis."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {k: cat([t[k] for t in trees]) for k in first}
+    return torch.cat(trees)
