@@ -1,0 +1,114 @@
+"""Each action distribution against torch.distributions, masks included: the slow, obviously
+correct reference is torch's own, over the legal actions only."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import distributions as td
+
+from envs.spaces import ActionSpec
+from marl import distributions
+
+CAT = ActionSpec("categorical", (), (), (5,), (0,))
+MULTI = ActionSpec("multicategorical", (3,), (3,), (3, 4, 2), (0, 0, 0))
+BITS = ActionSpec("bernoulli", (4,), (4,))
+BOX = ActionSpec("gaussian", (2,), (2,), low=(-1.0, -1.0), high=(1.0, 1.0))
+
+
+def random_mask(g: torch.Generator, batch: int, n: int) -> torch.Tensor:
+    mask = torch.rand(batch, n, generator=g) < 0.5
+    mask[torch.arange(batch), torch.randint(n, (batch,), generator=g)] = True  # never all illegal
+    return mask
+
+
+def test_masked_categorical_equals_categorical_over_the_legal_actions_only():
+    g = torch.Generator().manual_seed(0)
+    logits, mask = torch.randn(256, 5, generator=g) * 3, random_mask(g, 256, 5)
+    pi = distributions.make(CAT, logits, mask)
+    action, logprob = pi.sample(g)
+    assert mask[torch.arange(256), action].all()  # an illegal action is never drawn
+    for b in range(256):
+        legal = mask[b].nonzero().squeeze(-1)
+        ref = td.Categorical(logits=logits[b, legal])
+        pos = (legal == action[b]).nonzero().item()
+        assert logprob[b] == pytest.approx(ref.log_prob(torch.tensor(pos)).item(), abs=1e-5)
+        assert pi.entropy()[b] == pytest.approx(ref.entropy().item(), abs=1e-5)
+        row = distributions.make(CAT, logits[b].expand(5, 5), mask[b].expand(5, 5))
+        probs = row.log_prob(torch.arange(5)).exp()
+        assert torch.all(probs[~mask[b]] == 0)  # zero probability, not merely a small one
+        assert probs.sum().item() == pytest.approx(1.0, abs=1e-5)
+    assert torch.isfinite(pi.entropy()).all()
+
+
+def test_masked_sampling_follows_the_legal_probabilities():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0, 0.5]]).expand(40_000, 5)
+    mask = torch.tensor([[True, False, True, True, False]]).expand(40_000, 5)
+    action, _ = distributions.make(CAT, logits, mask).sample(g)
+    freq = torch.bincount(action, minlength=5).double() / 40_000
+    want = torch.zeros(5, dtype=torch.float64)
+    want[[0, 2, 3]] = torch.softmax(torch.tensor([0.0, 2.0, -1.0], dtype=torch.float64), 0)
+    assert torch.allclose(freq, want, atol=0.01)
+
+
+def test_unmasked_categorical_matches_torch():
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(64, 5, generator=g)
+    pi = distributions.make(CAT, logits)
+    a, lp = pi.sample(g)
+    ref = td.Categorical(logits=logits)
+    torch.testing.assert_close(lp, ref.log_prob(a))
+    torch.testing.assert_close(pi.entropy(), ref.entropy())
+    assert torch.equal(pi.mode(), logits.argmax(-1))
+
+
+def test_multicategorical_is_independent_categoricals_with_split_masks():
+    g = torch.Generator().manual_seed(3)
+    logits, mask = torch.randn(128, 9, generator=g), torch.cat([random_mask(g, 128, n) for n in MULTI.nvec], dim=1)
+    pi = distributions.make(MULTI, logits, mask)
+    a, lp = pi.sample(g)
+    assert a.shape == (128, 3) and a.dtype == torch.int64
+    ref_lp, ref_ent = torch.zeros(128), torch.zeros(128)
+    for i, (part, m) in enumerate(zip(logits.split(MULTI.nvec, -1), mask.split(MULTI.nvec, -1))):
+        assert m[torch.arange(128), a[:, i]].all()
+        for b in range(128):
+            legal = m[b].nonzero().squeeze(-1)
+            ref = td.Categorical(logits=part[b, legal])
+            ref_lp[b] += ref.log_prob((legal == a[b, i]).nonzero().squeeze()).item()
+            ref_ent[b] += ref.entropy().item()
+    torch.testing.assert_close(lp, ref_lp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(pi.entropy(), ref_ent, atol=1e-5, rtol=0)
+
+
+def test_bernoulli_matches_torch():
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(64, 4, generator=g) * 2
+    pi = distributions.make(BITS, logits)
+    a, lp = pi.sample(g)
+    ref = td.Independent(td.Bernoulli(logits=logits), 1)
+    torch.testing.assert_close(lp, ref.log_prob(a.float()))
+    torch.testing.assert_close(pi.entropy(), ref.entropy())
+    freq = distributions.make(BITS, torch.full((50_000, 4), 1.0)).sample(g)[0].float().mean()
+    assert freq.item() == pytest.approx(1 / (1 + math.exp(-1.0)), abs=0.01)
+
+
+def test_gaussian_matches_torch():
+    g = torch.Generator().manual_seed(5)
+    mean, log_std = torch.randn(64, 2, generator=g), torch.randn(64, 2, generator=g) * 0.3
+    pi = distributions.make(BOX, torch.cat([mean, log_std], -1))
+    a, lp = pi.sample(g)
+    ref = td.Independent(td.Normal(mean, log_std.exp()), 1)
+    torch.testing.assert_close(lp, ref.log_prob(a))
+    torch.testing.assert_close(pi.entropy(), ref.entropy())
+    assert torch.equal(pi.mode(), mean)
+
+
+@pytest.mark.parametrize("spec", [CAT, MULTI, BITS, BOX], ids=lambda s: s.kind)
+def test_uniform_params_give_the_random_baseline(spec):
+    params = distributions.uniform_params(spec, 3)
+    pi = distributions.make(spec, params)
+    a, _ = pi.sample(torch.Generator().manual_seed(0))
+    assert a.shape == (3, *spec.shape)

@@ -1,0 +1,147 @@
+"""Networks chosen by the spaces, the custom-module protocol and its one-line refusals."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from envs.spaces import ActionSpec, Leaf
+from marl.models import ModelError, build_model, check_network, example_inputs, size_based_units
+from marl.models.encoders import CNN, Encoder
+from marl.policies import PolicySpec
+
+CAT = ActionSpec("categorical", (), (), (3,), (0,))
+
+
+def spec(*leaves: Leaf, action: ActionSpec = CAT, central: bool = False) -> PolicySpec:
+    return PolicySpec("p", (0,), tuple(leaves), action, "", central, 5 if central else 0)
+
+
+VEC = Leaf("obs", (), "box", (4,), "float32")
+GRID = Leaf("image", ("image",), "box", (7, 7, 3), "uint8")
+FRAMES = Leaf("obs", (), "box", (4, 84, 84), "uint8")
+DIR = Leaf("direction", ("direction",), "discrete", (), "int64", (4,), (0,))
+BUILTIN = {"model": "", "encoder": "auto", "hidden_sizes": [16]}
+
+
+def test_auto_encoder_picks_by_space():
+    assert not Encoder((VEC,)).cnns and Encoder((VEC,)).out_dim == 4
+    grid = Encoder((DIR, GRID))
+    cnn = grid.cnns["image"]
+    assert cnn.channels_last and not any(isinstance(m, nn.Conv2d) and m.kernel_size == (8, 8) for m in cnn.modules())
+    assert grid.out_dim == 4 + 128  # one-hot direction, then the small CNN's features
+    nature = Encoder((FRAMES,)).cnns["obs"]
+    assert not nature.channels_last and [m.kernel_size for m in nature.modules() if isinstance(m, nn.Conv2d)] == \
+        [(8, 8), (4, 4), (3, 3)]
+    assert Encoder((GRID,), "mlp").out_dim == 7 * 7 * 3 and not Encoder((GRID,), "mlp").cnns
+
+
+def test_images_stay_uint8_until_the_model_scales_them():
+    enc = Encoder((GRID,))
+    x = torch.full((2, 7, 7, 3), 255, dtype=torch.uint8)
+    out = enc({"image": x})
+    assert out.shape == (2, 128) and out.dtype == torch.float32
+    ref = enc.cnns["image"].fc(enc.cnns["image"].convs(torch.ones(2, 3, 7, 7)))
+    torch.testing.assert_close(out, ref)  # 255 -> 1.0, HWC -> CHW inside the model
+
+
+def test_discrete_leaves_are_one_hot():
+    enc = Encoder((DIR, Leaf("m", ("m",), "multidiscrete", (2,), "int64", (2, 3), (0, 0))))
+    out = enc({"direction": torch.tensor([2]), "m": torch.tensor([[1, 2]])})
+    assert out.tolist() == [[0, 0, 1, 0, 0, 1, 0, 0, 1]]
+
+
+def test_cnn_forced_on_a_vector_is_refused():
+    with pytest.raises(ModelError, match="--encoder cnn: observation obs: box\\[4\\] float32 is not image-shaped"):
+        check_network((spec(VEC),), {**BUILTIN, "encoder": "cnn"})
+
+
+def test_central_critic_reads_the_state_then_the_observation():
+    s = spec(VEC, central=True)
+    model = build_model((s,), BUILTIN).policies["p"]
+    obs, state = example_inputs(s, 3)
+    params, value = model(obs, state)
+    assert params.shape == (3, 3) and value.shape == (3,) and model.critic.blocks[0][0].in_features == 5 + 4
+
+
+def test_size_based_units_take_big_submodules_post_order():
+    net = nn.Sequential(nn.Linear(100, 100), nn.Sequential(nn.Linear(10, 10), nn.Linear(100, 1000)), nn.Linear(2, 2))
+    units = size_based_units(net, 10_000)
+    assert units == [net[0], net[1][1]]  # 10,100 and 101,000 parameters; the small ones stay with the root
+    assert size_based_units(net, 10**9) == []
+
+
+MODULE = '''
+import torch
+from torch import nn
+
+class Good(nn.Module):
+    def __init__(self, obs_space, action_space, num_outputs, hidden=8):
+        super().__init__()
+        self.body = nn.Linear(obs_space.shape[0], hidden)
+        self.pi, self.v = nn.Linear(hidden, num_outputs), nn.Linear(hidden, 1)
+    def forward(self, obs):
+        x = torch.tanh(self.body(obs))
+        return self.pi(x), self.v(x).sum(-1)
+
+class WrongShape(Good):
+    def forward(self, obs):
+        return self.pi(torch.tanh(self.body(obs)))[:, :1], torch.zeros(obs.shape[0])
+
+class Raises(Good):
+    def __init__(self, obs_space, action_space, num_outputs):
+        raise RuntimeError("no GPU found")
+
+NotAModule = 3
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "user_nets.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "user_nets"
+    sys.modules.pop("user_nets", None)
+
+
+def custom(path: str, **kwargs) -> dict:
+    return {"model": path, "model_kwargs": kwargs}
+
+
+def test_a_custom_module_follows_the_protocol(user_module):
+    s = spec(VEC)
+    check_network((s,), custom(f"{user_module}:Good", hidden=8))
+    model = build_model((s,), custom(f"{user_module}:Good", hidden=8))
+    params, value = model.policies["p"](*example_inputs(s, 5))
+    assert params.shape == (5, 3) and value.shape == (5,)
+    box = spec(VEC, action=ActionSpec("gaussian", (3,), (3,), low=(-1.0,) * 3, high=(1.0,) * 3))
+    params, _ = build_model((box,), custom(f"{user_module}:Good")).policies["p"](*example_inputs(box, 2))
+    assert params.shape == (2, 6)  # marl appends the learned log-std to the user's means
+
+
+@pytest.mark.parametrize("path, message", [
+    ("nowhere_module:Net", "module 'nowhere_module' does not import"),
+    ("{m}:Missing", "has no 'Missing'"),
+    ("{m}:NotAModule", "is not a torch.nn.Module subclass"),
+    ("{m}:WrongShape", r"returned head \[2, 1\] and value \[2\]; expected head \[2, 3\]"),
+    ("{m}:Raises", "failed: RuntimeError: no GPU found"),
+    ("no_colon", "expected module:Class"),
+])
+def test_a_broken_custom_module_gets_one_line(user_module, path, message):
+    with pytest.raises(ModelError, match=message) as e:
+        check_network((spec(VEC),), custom(path.format(m=user_module)))
+    assert "\n" not in str(e.value)
+
+
+def test_a_custom_module_with_a_central_critic_is_refused(user_module):
+    with pytest.raises(ModelError, match="--critic central works with the built-in network only"):
+        check_network((spec(VEC, central=True),), custom(f"{user_module}:Good"))
+
+
+def test_small_cnn_fits_small_images():
+    for side in (4, 5, 7, 11, 35):
+        cnn = CNN(Leaf("obs", (), "box", (side, side, 3), "uint8"))
+        assert cnn(torch.zeros(1, side, side, 3, dtype=torch.uint8)).shape == (1, 128)
