@@ -55,9 +55,10 @@ class TrainRunner:
     def __init__(self, tmp_path: Path):
         self.token = uuid.uuid4().hex
         self.logdir = tmp_path / "runs"
+        self.extra_env: dict[str, str] = {}  # e.g. PYTHONPATH for a user's own network module
 
     def env(self) -> dict:
-        return {**os.environ, "MARL_TEST_TOKEN": self.token, "PYTHONUNBUFFERED": "1"}
+        return {**os.environ, "MARL_TEST_TOKEN": self.token, "PYTHONUNBUFFERED": "1", **self.extra_env}
 
     def __call__(self, *args: str, timeout: float = 300, logdir: bool = True) -> subprocess.CompletedProcess:
         cmd = [sys.executable, str(ROOT / "train.py"), *(("--logdir", str(self.logdir)) if logdir else ()), *args]

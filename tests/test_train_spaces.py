@@ -1,0 +1,113 @@
+"""Real environments of every space, trained end to end: real processes, real RPC, a real learner.
+Budgets are CI-short; bench/ holds the longer runs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import ROOT
+
+pytest.importorskip("minigrid")
+
+
+def solved_step(out: str) -> int:
+    m = re.search(r"^solved: .* at step ([\d,]+) ", out, re.M)
+    assert m, out[-2000:]
+    return int(m.group(1).replace(",", ""))
+
+
+def test_minigrid_empty_reaches_0_9_with_the_cnn_and_evaluates(train):
+    r = train("--env", "MiniGrid-Empty-5x5-v0", "--total-steps", "300000", "--target-return", "0.9",
+              "--run-name", "grid", "--checkpoint-every", "0")
+    assert r.returncode == 0, r.stderr[-3000:]
+    solved_step(r.stdout)
+    assert "observation keys mission are left out" in r.stdout  # the text key, said once
+    payload = torch.load(train.logdir / "grid" / "policy.pt", weights_only=True)
+    assert [leaf["name"] for leaf in payload["policies"][0]["obs"]] == ["direction", "image"]
+    assert payload["policies"][0]["obs"][1]["dtype"] == "uint8"
+    assert any(".cnns.image." in k for k in payload["state_dict"])
+    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "grid"), "--episodes", "3"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert e.returncode == 0 and "all agents: mean" in e.stdout, e.stderr
+    # The CNN resumes from its checkpoint, one more iteration.
+    r = train("--resume", str(train.logdir / "grid"), "--total-steps", "1", "--target-return", "2")
+    assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
+
+
+def test_frozenlake_discrete_observations_reach_0_95(train):
+    r = train("--env", "FrozenLake-v1", "--env-kwargs", '{"is_slippery": false}', "--target-return", "0.95",
+              "--total-steps", "200000")
+    assert r.returncode == 0, r.stderr[-3000:]
+    solved_step(r.stdout)
+
+
+@pytest.mark.parametrize("env, kwargs, target", [
+    ("envs.masked:MaskedChoice-v0", '{"mask_in": "obs"}', 15.5),
+    ("envs.masked:MaskedChoice-v0", '{"mask_in": "info"}', 15.5),
+    ("envs.targets:MatchDigits-v0", "{}", 7.5),
+    ("envs.targets:MatchBits-v0", "{}", 7.5),
+], ids=["mask-in-obs", "mask-in-info", "multidiscrete", "multibinary"])
+def test_first_party_envs_train_to_their_optimum(train, env, kwargs, target):
+    """Optimum 16 (masked: random legal play gets 5.25) and 8 (digits: random 2.09, bits: random 4)."""
+    r = train("--env", env, "--env-kwargs", kwargs, "--target-return", str(target), "--total-steps", "400000")
+    assert r.returncode == 0, r.stderr[-3000:]
+    solved_step(r.stdout)
+
+
+def test_atari_trains_with_the_nature_cnn_on_uint8_frames(train):
+    pytest.importorskip("ale_py")
+    r = train("--env", "ALE/Pong-v5", "--wrappers", "atari", "--agents", "1", "--envs-per-actor", "2",
+              "--num-steps", "32", "--total-steps", "256", "--hidden-sizes", "64", "--run-name", "pong")
+    assert r.returncode == 0, r.stderr[-3000:]
+    payload = torch.load(train.logdir / "pong" / "policy.pt", weights_only=True)
+    leaf = payload["policies"][0]["obs"][0]
+    assert (tuple(leaf["shape"]), leaf["dtype"]) == ((4, 84, 84), "uint8")  # from ale_py's own vector env
+    conv = payload["state_dict"]["policies.shared.encoder.cnns.obs.convs.0.weight"]
+    assert conv.shape == (32, 4, 8, 8)  # the Nature-DQN CNN's first layer
+
+
+def readme_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"### Your own network.*?```python\n(.*?)```", text, re.S)
+    assert block, "README has no custom network example"
+    return block.group(1)
+
+
+def test_the_readme_custom_network_trains_resumes_and_evaluates(train, tmp_path):
+    (tmp_path / "my_nets.py").write_text(readme_example())
+    train.extra_env = {"PYTHONPATH": str(tmp_path)}
+    r = train("--agents", "8", "--model", "my_nets:TwoTowers", "--model-kwargs", '{"hidden": 64}',
+              "--run-name", "mine", "--total-steps", "400000")
+    assert r.returncode == 0, r.stderr[-3000:]
+    solved_step(r.stdout)
+    payload = torch.load(train.logdir / "mine" / "policy.pt", weights_only=True)
+    assert payload["network"] == {"model": "my_nets:TwoTowers", "model_kwargs": {"hidden": 64}}
+    env = {**train.env()}
+    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "mine"), "--episodes", "2"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert e.returncode == 0 and "all agents: mean" in e.stdout, e.stderr
+    r = train("--resume", str(train.logdir / "mine"), "--total-steps", "1", "--target-return", "1000")
+    assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
+    # The module is gone: evaluation says so in one line.
+    (tmp_path / "my_nets.py").unlink()
+    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "mine")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert e.returncode == 2 and "module 'my_nets' does not import" in e.stderr and e.stderr.count("\n") == 1, e.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--model", "no_such_module:Net"), "module 'no_such_module' does not import"),
+    (("--model", "torch.nn:Linear"), "Linear(obs_space, action_space, num_outputs, **model_kwargs) failed"),
+    (("--encoder", "cnn"), "--encoder cnn: observation obs: box[4] float32 is not image-shaped"),
+    (("--obs-keys", "image"), "--obs-keys 'image' is not a usable key"),
+    (("--env", "envs.masked:MaskedChoice-v0", "--wrappers", "NoSuchWrapper"), "no wrapper 'NoSuchWrapper'"),
+], ids=["no-module", "breaks-protocol", "cnn-on-vector", "unknown-key", "unknown-wrapper"])
+def test_bad_networks_and_spaces_get_one_line_and_exit_2(train, args, message):
+    r = train(*args, timeout=120)
+    assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not train.survivors() and not (train.logdir).exists() or not any(train.logdir.iterdir())
