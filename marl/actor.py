@@ -35,6 +35,7 @@ class RolloutWorker:
         self.env = make_agent_batch(info, cfg.envs_per_actor, [list(s.agents) for s in self.specs])
         self.policy = build_model(self.specs, network_of(cfg)).eval()
         self.central = any(s.central for s in self.specs)
+        self._agent_id = [any(leaf.name == "agent_id" for leaf in s.obs) for s in self.specs]
         self.version = -1
         # Each actor's envs and sampling get their own stream, all derived from the run's seed.
         seed = cfg.seed * 100_003 + 7_919 * (index + 1) + 1_000_003 * seed_offset
@@ -46,9 +47,9 @@ class RolloutWorker:
     def _observe(self, obs) -> None:
         """The env's arrays for the current step as tensors (no copies), the agent-id leaf added."""
         self.obs = []
-        for spec, o in zip(self.specs, obs):
+        for spec, o, with_id in zip(self.specs, obs, self._agent_id):
             o = {k: torch.from_numpy(v) for k, v in o.items()}
-            if "agent_id" in (leaf.name for leaf in spec.obs):
+            if with_id:
                 o["agent_id"] = agent_ids(spec, (self.copies,))
             self.obs.append(o)
         self.masks = [None if m is None else torch.from_numpy(m) for m in self.env.masks]
@@ -76,7 +77,7 @@ class RolloutWorker:
         """Policy g's distribution and values for the current observations, and the critic's state input."""
         spec = self.specs[g]
         s = critic_state(spec, state)
-        flat = tree_map(lambda x: x.reshape(-1, *x.shape[2:]), self.obs[g])
+        flat = {k: x.reshape(-1, *x.shape[2:]) for k, x in self.obs[g].items()}
         params, value = self.policy.policies[spec.name](flat, None if s is None else s.reshape(-1, spec.state_dim))
         mask = self.masks[g]
         dist = distributions.make(spec.action, params, None if mask is None else mask.reshape(-1, mask.shape[-1]))

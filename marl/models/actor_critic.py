@@ -56,14 +56,17 @@ class ActorCritic(nn.Module):
         self.log_std = nn.Parameter(torch.zeros(spec.action.num_outputs)) if spec.action.kind == "gaussian" else None
 
     def forward(self, obs: dict[str, torch.Tensor], state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.encoder(obs)
+        x = self._encode(obs)
         c = x if self.critic_encoder is None else self.critic_encoder({**obs, "state": state})
         # A reduction rather than squeeze(): FSDP2 warns when a sharded root returns a view.
         return self._params(x), self.critic(c).sum(-1)
 
     def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """The actor alone: what playing needs (a centralized critic's input is not there at play time)."""
-        return self._params(self.encoder(obs))
+        return self._params(self._encode(obs))
+
+    def _encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return obs[self.encoder.passthrough] if self.encoder.passthrough else self.encoder(obs)
 
     def _params(self, x: torch.Tensor) -> torch.Tensor:
         pd = self.actor(x)

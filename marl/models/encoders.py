@@ -99,6 +99,10 @@ class Encoder(nn.Module):
             if leaf.is_image and kind != "mlp":
                 self.cnns[_key(leaf.name)] = CNN(leaf)
         self.out_dim = sum(self.cnns[_key(l.name)].out_dim if _key(l.name) in self.cnns else l.size for l in leaves)
+        # One float vector is its own feature vector: the network reads it as is, with no call here
+        # (this is CartPole's case, where a module call is a measurable part of an actor step).
+        only = leaves[0] if len(leaves) == 1 else None
+        self.passthrough = only.name if only and only.kind == "box" and only.dtype == "float32" and len(only.shape) == 1 else None
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         parts = []
