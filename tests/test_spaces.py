@@ -112,3 +112,17 @@ def test_an_actor_never_sends_an_illegal_action_in_100k_steps(env_id, mask_in):
         steps += ro.steps
         version = 0
     assert steps >= 100_000
+
+
+def test_an_id_whose_package_is_missing_names_the_extra(monkeypatch):
+    import envs.registry as registry
+
+    monkeypatch.setitem(registry.REGISTER_ON_IMPORT, "Fake-", ("no_such_package_here", "fake"))
+    with pytest.raises(EnvError, match=r"'Fake-v0' needs the no_such_package_here package: pip install -e '\.\[fake\]'"):
+        describe("Fake-v0", 1)
+
+
+def test_ids_that_register_on_import_work_by_their_plain_id():
+    pytest.importorskip("minigrid")
+    info = describe("MiniGrid-Empty-5x5-v0", 1)
+    assert info.dropped == ("mission",) and [l.name for l in info.spec.obs] == ["direction", "image"]
