@@ -23,10 +23,12 @@ import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
 
 from envs import describe  # noqa: E402
+from marl import distributions  # noqa: E402
 from marl.config import Config, validate  # noqa: E402
 from marl.coordinator import ActorPool  # noqa: E402
 from marl.launch import launch  # noqa: E402
-from marl.models import ActorCritic, build_model, sample  # noqa: E402
+from marl.models import build_model, network_of  # noqa: E402
+from marl.models.actor_critic import ActorCritic  # noqa: E402
 from marl.policies import specs_of  # noqa: E402
 
 TARGET = 1_000_000
@@ -38,13 +40,14 @@ def roofline(cfg: Config, seconds: float) -> float:
     info = describe(cfg.env, cfg.agents)
     n = cfg.actors * cfg.envs_per_actor * cfg.agents
     envs = gym.make_vec(cfg.env, num_envs=n, vectorization_mode="vector_entry_point")
-    model = ActorCritic(info.spec.obs_dim, info.spec.action_kind, info.spec.num_actions, cfg.hidden_sizes)
+    (spec,) = specs_of(cfg, info)  # the one shared policy
+    model = ActorCritic(spec, cfg.hidden_sizes, cfg.encoder)
     obs, _ = envs.reset(seed=0)
     steps, start = 0, time.perf_counter()
     with torch.inference_mode():
         while time.perf_counter() - start < seconds:
-            pd, _ = model(torch.from_numpy(obs))
-            action, _ = sample(pd, info.spec.action_kind)
+            pd, _ = model({"obs": torch.from_numpy(obs)})
+            action, _ = distributions.make(spec.action, pd).sample()
             obs, *_ = envs.step(action.numpy())
             steps += n
     return steps / (time.perf_counter() - start)
@@ -53,7 +56,7 @@ def roofline(cfg: Config, seconds: float) -> float:
 def measure_actors(requests: int, result: dict):
     def rank0_main(cfg: Config, info, learner_group, device, control) -> int:
         pool = ActorPool(cfg, info)
-        weights = build_model(specs_of(cfg, info), cfg.hidden_sizes).state_dict()
+        weights = build_model(specs_of(cfg, info), network_of(cfg)).state_dict()
         for _ in range(2):  # warm-up: actor construction, first weights
             pool.collect(0, weights)
         steps, start = 0, time.perf_counter()

@@ -37,7 +37,8 @@ import torch.distributed as dist  # noqa: E402
 from envs import EnvInfo, describe  # noqa: E402
 from marl.config import Config  # noqa: E402
 from marl.launch import device_and_backend, exit_now  # noqa: E402
-from marl.learner import Learner, LearnerGroup, follow, sample_fields  # noqa: E402
+from marl.learner import Learner, LearnerGroup, follow  # noqa: E402
+from marl.specs import leaves, sample_fields  # noqa: E402
 
 RESULT_TAG = "gpu_learner-result:"
 
@@ -73,22 +74,51 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def make_batch(info: EnvInfo, spec, n: int, seed: int) -> dict[str, torch.Tensor]:
+def _indices(nvec: tuple[int, ...], lead: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    """Uniform indices [n, *lead] below each entry of nvec (one column per entry, or none for a scalar)."""
+    cols = [torch.randint(0, k, (lead[0],), generator=g) for k in nvec]
+    return torch.stack(cols, dim=-1) if len(lead) > 1 else cols[0]
+
+
+def _leaf(leaf, n: int, g: torch.Generator) -> torch.Tensor:
+    """`n` random values of one observation leaf, in its stored dtype."""
+    if leaf.kind in ("discrete", "multidiscrete"):
+        return _indices(leaf.nvec, (n, *leaf.shape), g)
+    if leaf.kind == "multibinary":
+        return torch.randint(0, 2, (n, *leaf.shape), generator=g, dtype=torch.uint8)
+    if leaf.dtype == "uint8":
+        return torch.randint(0, 256, (n, *leaf.shape), generator=g, dtype=torch.uint8)
+    return torch.randn(n, *leaf.shape, generator=g)
+
+
+def make_batch(info: EnvInfo, spec, n: int, seed: int) -> dict:
     """A synthetic PPO batch of `n` flat samples on CPU for one policy, as tests/test_fsdp.py's make_batch."""
     g = torch.Generator().manual_seed(seed)
     fields = sample_fields(spec)
-    batch = {"obs": torch.randn(n, spec.obs_dim, generator=g)}
-    if spec.action_kind == "discrete":
-        batch["actions"] = torch.randint(0, spec.num_actions, (n,), generator=g)
-        base = -math.log(spec.num_actions)  # the log-probability of a uniform policy
+    batch = {"obs": {leaf.name: _leaf(leaf, n, g) for leaf in spec.obs if leaf.name != "agent_id"}}
+    if "agent_id" in fields["obs"]:
+        batch["obs"]["agent_id"] = torch.randint(0, len(spec.agents), (n,), generator=g)
+    act = spec.action
+    if act.kind in ("categorical", "multicategorical"):
+        batch["actions"] = _indices(act.nvec, (n, *act.shape), g)
+        base = -sum(math.log(k) for k in act.nvec)  # the log-probability of a uniform policy
+    elif act.kind == "bernoulli":
+        batch["actions"] = torch.randint(0, 2, (n, *act.shape), generator=g)
+        base = -math.log(2) * act.num_outputs
     else:
-        batch["actions"] = torch.randn(n, *spec.action_shape, generator=g)
-        base = -0.5 * math.log(2 * math.pi) * spec.num_actions - 0.5 * spec.num_actions
+        batch["actions"] = torch.randn(n, *act.shape, generator=g)
+        base = -0.5 * math.log(2 * math.pi) * act.num_outputs - 0.5 * act.num_outputs
     batch["logprobs"] = torch.full((n,), base) + 0.05 * torch.randn(n, generator=g)
     for key in ("values", "advantages", "returns"):
         batch[key] = torch.randn(n, generator=g)
-    for key, (shape, dtype) in fields.items():  # exactly what LearnerGroup scatters
-        assert batch[key].shape == (n, *shape) and batch[key].dtype == dtype, key
+    if "action_mask" in fields:
+        batch["action_mask"] = torch.ones(n, act.mask_size, dtype=torch.bool)  # every action legal
+    if "state" in fields:
+        batch["state"] = torch.randn(n, spec.state_dim, generator=g)
+    got = dict(leaves(batch))
+    for key, (shape, dtype) in leaves(fields):  # exactly what LearnerGroup scatters
+        assert got[key].shape == (n, *shape) and got[key].dtype == dtype, key
+    assert got.keys() == dict(leaves(fields)).keys(), (sorted(got), sorted(dict(leaves(fields))))
     return batch
 
 

@@ -77,10 +77,10 @@ class ChildFailed(RuntimeError):
 # --- in the rank processes
 
 
-def make_batch(n: int, obs_dim: int, num_actions: int) -> dict[str, torch.Tensor]:
+def make_batch(n: int, obs_dim: int, num_actions: int) -> dict:
     """Synthetic PPO samples (as tests/test_fsdp.py): the values do not matter, only the shapes and the work."""
     g = torch.Generator().manual_seed(123)
-    return {"obs": torch.randn(n, obs_dim, generator=g), "actions": torch.randint(0, num_actions, (n,), generator=g),
+    return {"obs": {"obs": torch.randn(n, obs_dim, generator=g)}, "actions": torch.randint(0, num_actions, (n,), generator=g),
             "logprobs": torch.full((n,), -0.69) + 0.05 * torch.randn(n, generator=g),
             "values": torch.randn(n, generator=g), "advantages": torch.randn(n, generator=g),
             "returns": torch.randn(n, generator=g)}
@@ -136,7 +136,9 @@ def run_rank(rank: int, world: int, init_method: str, job: Job) -> dict:
         group = LearnerGroup(learner) if rank == 0 else None
         if group is not None:
             start = time.perf_counter()
-            group.update({"shared": make_batch(job.batch, info.spec.obs_dim, info.spec.num_actions)}, lr=1e-3)
+            (obs,) = info.spec.obs  # CartPole: one Box(4,) leaf, Discrete(2) actions
+            (num_actions,) = info.spec.action.nvec
+            group.update({"shared": make_batch(job.batch, obs.size, num_actions)}, lr=1e-3)
             out["update_s"] = time.perf_counter() - start
             group.stop()
         else:

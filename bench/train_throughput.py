@@ -63,16 +63,19 @@ def baseline_rate(steps: int) -> float:
     import torch
 
     from envs import describe
+    from marl import distributions
     from marl.algorithms import gae, ppo_loss
     from marl.config import Config
-    from marl.models import ActorCritic, entropy, log_prob, sample
+    from marl.models.actor_critic import ActorCritic
+    from marl.policies import specs_of
 
     torch.set_num_threads(1)
     cfg = dataclasses.replace(Config(), agents=8)
     info = describe(cfg.env, cfg.agents)
     n = cfg.actors * cfg.envs_per_actor * cfg.agents
     envs = gym.make_vec(cfg.env, num_envs=n, vectorization_mode="vector_entry_point")
-    model = ActorCritic(info.spec.obs_dim, info.spec.action_kind, info.spec.num_actions, cfg.hidden_sizes)
+    (spec,) = specs_of(cfg, info)  # the one shared policy
+    model = ActorCritic(spec, cfg.hidden_sizes, cfg.encoder)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
     obs, _ = envs.reset(seed=0)
     obs = torch.from_numpy(obs)
@@ -83,15 +86,15 @@ def baseline_rate(steps: int) -> float:
         buf = {k: [] for k in ("obs", "act", "logp", "val", "rew", "term", "trunc", "valid")}
         with torch.inference_mode():
             for _ in range(T):
-                pd, v = model(obs)
-                a, lp = sample(pd, info.spec.action_kind)
+                pd, v = model({"obs": obs})
+                a, lp = distributions.make(spec.action, pd).sample()
                 nobs, r, term, trunc, _ = envs.step(a.numpy())
                 for k, x in zip(buf, (obs, a, lp, v, torch.from_numpy(r), torch.from_numpy(term),
                                       torch.from_numpy(trunc), ~done_prev)):
                     buf[k].append(x)
                 done_prev = torch.from_numpy(term | trunc)
                 obs = torch.from_numpy(nobs)
-            _, next_v = model(obs)
+            _, next_v = model({"obs": obs})
         b = {k: torch.stack(v) for k, v in buf.items()}
         later = torch.cat([b["val"][1:], next_v[None]])
         adv, ret = gae(b["rew"], b["val"], next_v, b["term"], b["trunc"], torch.where(b["trunc"], later, 0.0),
@@ -105,9 +108,10 @@ def baseline_rate(steps: int) -> float:
             perm = torch.randperm(size)
             for k in range(cfg.num_minibatches):
                 i = perm[k * mb:(k + 1) * mb]
-                pd, v = model(data[0][i])
-                loss, _ = ppo_loss(log_prob(pd, info.spec.action_kind, data[1][i]), data[2][i], data[4][i], v, data[3][i],
-                                   data[5][i], entropy(pd, info.spec.action_kind), clip_coef=cfg.clip_coef,
+                pd, v = model({"obs": data[0][i]})
+                pi = distributions.make(spec.action, pd)
+                loss, _ = ppo_loss(pi.log_prob(data[1][i]), data[2][i], data[4][i], v, data[3][i],
+                                   data[5][i], pi.entropy(), clip_coef=cfg.clip_coef,
                                    clip_vloss=cfg.clip_vloss, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
                 opt.zero_grad()
                 loss.backward()

@@ -7,7 +7,7 @@ import torch
 from envs import describe, make_agent_batch
 from marl.actor import RolloutWorker
 from marl.config import Config
-from marl.models import build_model
+from marl.models import build_model, network_of
 from marl.policies import specs_of
 
 
@@ -19,7 +19,7 @@ def make_worker(**overrides) -> RolloutWorker:
 def weights(**overrides):
     torch.manual_seed(0)
     cfg = dataclasses.replace(Config(), **overrides)
-    return build_model(specs_of(cfg, describe("CartPole-v1", 3)), cfg.hidden_sizes).state_dict()
+    return build_model(specs_of(cfg, describe("CartPole-v1", 3)), network_of(cfg)).state_dict()
 
 
 def collect(w: RolloutWorker, sd):
@@ -33,16 +33,17 @@ def test_rollout_shapes_masks_and_episode_statistics():
     w = make_worker()
     ro, tr = collect(w, weights())
     T, E, N = 200, 2, 3
-    assert tr.obs.shape == (T, E, N, 4) and tr.actions.shape == (T, E, N) and tr.next_value.shape == (E, N)
-    assert ro.policy_version == 0 and ro.actor == 0 and tr.critic_obs is None
-    done = tr.terminated | tr.truncated
+    assert set(tr["obs"]) == {"obs"} and tr["obs"]["obs"].shape == (T, E, N, 4) and tr["obs"]["obs"].dtype == torch.float32
+    assert tr["actions"].shape == (T, E, N) and tr["next_value"].shape == (E, N)
+    assert ro.policy_version == 0 and ro.actor == 0 and "state" not in tr and "action_mask" not in tr
+    done = tr["terminated"] | tr["truncated"]
     # The step after a done is an autoreset step: invalid, and only those are.
-    assert torch.equal(tr.valid[1:], ~done[:-1])
-    assert tr.valid[0].all()
+    assert torch.equal(tr["valid"][1:], ~done[:-1])
+    assert tr["valid"][0].all()
     assert ro.episode_returns.numel() == int(done.sum()) > 0
     # CartPole pays 1 per step, so each finished episode's return is its length.
     assert torch.equal(ro.episode_returns, ro.episode_lengths.double())
-    assert ro.steps == tr.steps == int(tr.valid.sum())
+    assert ro.steps == int(tr["valid"].sum())
     # Agent ids of finished episodes index the agent axis.
     assert sorted(set(ro.episode_agents.tolist())) <= [0, 1, 2]
 
@@ -51,15 +52,30 @@ def test_agent_ids_and_a_central_critic_reach_the_networks_inputs():
     overrides = dict(agent_id_input=True, critic="central")
     w = make_worker(num_steps=5, **overrides)
     ro, tr = collect(w, weights(**overrides))
-    # The actor sees its observation and its one-hot; the critic the state (every agent's
-    # observation, then the alive mask) and then the actor's input.
-    assert tr.obs.shape == (5, 2, 3, 4 + 3) and tr.critic_obs.shape == (5, 2, 3, (3 * 4 + 3) + (4 + 3))
-    assert torch.equal(tr.obs[..., 4:], torch.eye(3).expand(5, 2, 3, 3))
-    assert torch.equal(tr.critic_obs[..., 15:], tr.obs)
+    # The actor records its observation and its agent id (a leaf the encoder one-hots); the critic
+    # the state (every agent's observation, then the alive mask), and reads the actor's input after it.
+    obs, ids, state = tr["obs"]["obs"], tr["obs"]["agent_id"], tr["state"]
+    assert set(tr["obs"]) == {"obs", "agent_id"}
+    assert obs.shape == (5, 2, 3, 4) and ids.shape == (5, 2, 3) and ids.dtype == torch.int64
+    assert state.shape == (5, 2, 3, 3 * 4 + 3)
+    assert torch.equal(ids, torch.arange(3).expand(5, 2, 3))
     for n in range(3):
         # Every agent's critic input holds every agent's observation, in the env's agent order.
-        assert torch.equal(tr.critic_obs[:, :, n, 4 * n:4 * n + 4], tr.obs[:, :, n, :4])
-        assert torch.equal(tr.critic_obs[:, :, n, :15], tr.critic_obs[:, :, 0, :15])
+        assert torch.equal(state[:, :, n, 4 * n:4 * n + 4], obs[:, :, n])
+        assert torch.equal(state[:, :, n], state[:, :, 0])
+    # What the networks read: the actor its observation, then its one-hot; the critic the state,
+    # then the actor's input.
+    net = w.policy.policies["shared"]
+    flat = {k: v.reshape(30, *v.shape[3:]) for k, v in tr["obs"].items()}
+    with torch.inference_mode():
+        x = net.encoder(flat)
+        c = net.critic_encoder({**flat, "state": state.reshape(30, 15)})
+        _, value = net(flat, state.reshape(30, 15))
+    assert x.shape == (30, 4 + 3) and c.shape == (30, (3 * 4 + 3) + (4 + 3))
+    assert torch.equal(x[:, :4], flat["obs"]) and torch.equal(x[:, 4:], torch.eye(3).repeat(10, 1))
+    assert torch.equal(c[:, :15], state.reshape(30, 15)) and torch.equal(c[:, 15:], x)
+    # And the values recorded are the critic's on exactly those inputs.
+    assert torch.allclose(value.reshape(5, 2, 3), tr["values"], atol=1e-6)
 
 
 def test_episodes_continue_across_requests():
@@ -68,8 +84,8 @@ def test_episodes_continue_across_requests():
     _, a = collect(w, sd)
     _, b = collect(w, None)  # same version: no weights sent
     # The second rollout starts where the first stopped: its first obs is not a fresh reset everywhere.
-    assert not torch.equal(a.obs[0], b.obs[0])
-    assert b.valid[0].all() or (a.terminated[-1] | a.truncated[-1]).any()
+    assert not torch.equal(a["obs"]["obs"][0], b["obs"]["obs"][0])
+    assert b["valid"][0].all() or (a["terminated"][-1] | a["truncated"][-1]).any()
 
 
 def test_truncation_bootstraps_from_the_value_of_the_final_observation():
@@ -78,26 +94,27 @@ def test_truncation_bootstraps_from_the_value_of_the_final_observation():
     w.env = make_agent_batch(describe("CartPole-v1", 3, {"max_episode_steps": 10}), 2, [[0, 1, 2]])
     w._reset(0)
     _, tr = collect(w, weights())
-    assert tr.truncated.any()
+    assert tr["truncated"].any()
+    obs = tr["obs"]["obs"]
     with torch.inference_mode():
-        for t, e, n in tr.truncated.nonzero().tolist():
-            final_obs = tr.obs[t + 1, e, n] if t + 1 < tr.obs.shape[0] else w.obs[0][e, n]
-            _, v = w.policy.policies["shared"](final_obs.unsqueeze(0))
-            assert torch.allclose(tr.bootstrap_value[t, e, n], v[0], atol=1e-6)
-    assert torch.all(tr.bootstrap_value[~tr.truncated] == 0)
+        for t, e, n in tr["truncated"].nonzero().tolist():
+            final_obs = obs[t + 1, e, n] if t + 1 < obs.shape[0] else w.obs[0]["obs"][e, n]
+            _, v = w.policy.policies["shared"]({"obs": final_obs.unsqueeze(0)})
+            assert torch.allclose(tr["bootstrap_value"][t, e, n], v[0], atol=1e-6)
+    assert torch.all(tr["bootstrap_value"][~tr["truncated"]] == 0)
 
 
 def test_episode_rollouts_return_whole_episodes_per_slot():
     w = make_worker(rollout="episodes", episodes_per_request=2)
     ro, tr = collect(w, weights())
-    done = (tr.terminated | tr.truncated) & tr.valid
+    done = (tr["terminated"] | tr["truncated"]) & tr["valid"]
     assert torch.equal(done.sum(0), torch.full((2, 3), 2))  # exactly K=2 finished episodes per slot
     # After each slot's second episode ends, nothing of it is valid any more.
     for e in range(2):
         for n in range(3):
             last_end = done[:, e, n].nonzero().max()
-            assert not tr.valid[last_end + 1:, e, n].any()
-    assert ro.episode_lengths.sum() == tr.valid.sum()
+            assert not tr["valid"][last_end + 1:, e, n].any()
+    assert ro.episode_lengths.sum() == tr["valid"].sum()
 
 
 def test_a_stale_version_without_weights_is_a_bug_not_silence():

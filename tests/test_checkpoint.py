@@ -72,7 +72,11 @@ def test_restored_model_and_optimizer_equal_the_saved_ones_exactly(saved_by, loa
     assert torch.equal(saved["rng"], loaded["rng"])
     trainer = checkpoint.read_trainer(ckpt)  # weights_only: plain values and tensors only
     assert (trainer["iteration"], trainer["global_step"], trainer["learners"]) == (7, 123, saved_by)
-    assert trainer["env"] == "CartPole-v1" and trainer["model_shape"]["hidden_sizes"] == [16, 16]
+    assert trainer["env"] == "CartPole-v1" and trainer["model_shape"]["network"]["hidden_sizes"] == [16, 16]
+    from marl.models import network_of
+    from marl.policies import specs_of
+
+    assert trainer["model_shape"] == checkpoint.model_shape(specs_of(CFG, describe("CartPole-v1", 1)), network_of(CFG))
 
 
 def test_only_a_complete_checkpoint_counts_and_old_ones_are_pruned(tmp_path):

@@ -21,7 +21,7 @@ CFG = dataclasses.replace(Config(), num_minibatches=1, update_epochs=1, seed=0, 
 def make_batch(n: int = 64, policies: tuple[str, ...] = ("shared",)) -> dict[str, dict[str, torch.Tensor]]:
     """A CartPole-shaped PPO batch for each policy."""
     g = torch.Generator().manual_seed(123)
-    return {p: {"obs": torch.randn(n, 4, generator=g), "actions": torch.randint(0, 2, (n,), generator=g),
+    return {p: {"obs": {"obs": torch.randn(n, 4, generator=g)}, "actions": torch.randint(0, 2, (n,), generator=g),
                 "logprobs": torch.full((n,), -0.69) + 0.05 * torch.randn(n, generator=g),
                 "values": torch.randn(n, generator=g), "advantages": torch.randn(n, generator=g),
                 "returns": torch.randn(n, generator=g)} for p in policies}
@@ -80,19 +80,23 @@ def test_two_ranks_take_the_same_step_as_one(precision, tol, min_block_params, a
 
 def test_one_rank_step_matches_a_hand_written_step(tmp_path):
     """The learner's update against the same loss and optimizer step written out here."""
+    from marl import distributions
     from marl.algorithms import ppo_loss
-    from marl.models import build_model, entropy, log_prob
+    from marl.models import build_model, network_of
     from marl.policies import specs_of
 
     got = one_step(1, "fp32", tmp_path)
     torch.manual_seed(CFG.seed)
-    model = build_model(specs_of(CFG, describe("CartPole-v1", 1)), CFG.hidden_sizes)
+    (spec,) = specs_of(CFG, describe("CartPole-v1", 1))
+    assert spec.action.kind == "categorical" and spec.action.nvec == (2,)
+    model = build_model((spec,), network_of(CFG))
     model.load_state_dict(got["before"])
     opt = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-5)
     b = make_batch()["shared"]
-    pd, v = model.policies["shared"](b["obs"])
-    loss, _ = ppo_loss(log_prob(pd, "discrete", b["actions"]), b["logprobs"], b["advantages"], v, b["values"],
-                       b["returns"], entropy(pd, "discrete"), clip_coef=CFG.clip_coef, clip_vloss=CFG.clip_vloss,
+    pd, v = model.policies["shared"](b["obs"], None)
+    pi = distributions.make(spec.action, pd)
+    loss, _ = ppo_loss(pi.log_prob(b["actions"]), b["logprobs"], b["advantages"], v, b["values"],
+                       b["returns"], pi.entropy(), clip_coef=CFG.clip_coef, clip_vloss=CFG.clip_vloss,
                        vf_coef=CFG.vf_coef, ent_coef=CFG.ent_coef)
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CFG.max_grad_norm)

@@ -4,17 +4,27 @@ import dataclasses
 import sys
 import warnings
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from pettingzoo.test import parallel_api_test
 
-from envs import AgentSpec, describe, make_agent_batch, make_env
+from envs import ActionSpec, AgentSpec, Leaf, describe, make_agent_batch, make_env
 from envs.pettingzoo_batch import PettingZooBatch
 from envs.registry import EnvError
 from tests import pz_envs
 
 PZ = "pettingzoo:tests.pz_envs"
+
+
+def box(*shape: int) -> tuple[Leaf, ...]:
+    """A plain Box observation: one float32 leaf named "obs", kept in its own shape."""
+    return (Leaf("obs", (), "box", tuple(shape), "float32"),)
+
+
+def discrete(n: int) -> ActionSpec:
+    return ActionSpec("categorical", (), (), (n,), (0,))
 
 
 def test_the_test_env_follows_the_parallel_api():
@@ -35,8 +45,9 @@ def test_the_test_env_follows_the_parallel_api():
 def test_describe_reads_per_agent_specs_and_state():
     info = describe(PZ, None, {"hetero": True})
     assert info.agent_ids == ("a", "b", "c")
-    disc = AgentSpec(obs_shape=(3,), action_kind="discrete", action_shape=(), num_actions=3)
-    assert info.specs == (disc, AgentSpec(obs_shape=(4,), action_kind="box", action_shape=(2,), num_actions=2), disc)
+    disc = AgentSpec(box(3), discrete(3))
+    assert info.specs == (disc, AgentSpec(box(2, 2), ActionSpec("gaussian", (2,), (2,), low=(-1.0,) * 2, high=(1.0,) * 2)), disc)
+    assert info.specs[1].action.num_outputs == 2 and sum(leaf.size for leaf in info.specs[1].obs) == 4
     assert info.has_state and info.state_dim == 3 and info.reward_threshold is None
     assert info.env_kwargs == (("hetero", True),) and info.kwargs == {"hetero": True}
     with pytest.raises(ValueError, match="agents have different spaces"):
@@ -46,8 +57,11 @@ def test_describe_reads_per_agent_specs_and_state():
     assert not no_state.has_state and no_state.state_dim == 3 + 4 + 3 + 3
     # Homogeneous agents have one spec that they all share.
     same = describe(PZ).spec
-    assert same.obs_shape == (3,) and same.action_kind == "discrete" and same.num_actions == 3 and same.obs_dim == 3
-    assert same.action_dtype == torch.int64
+    assert same == disc and same.action.num_outputs == 3 and sum(leaf.size for leaf in same.obs) == 3
+    assert getattr(torch, same.action.dtype) == torch.int64
+    # MultiDiscrete actions are supported now: one categorical per entry.
+    multi = describe(PZ, None, {"bad_space": "action"}).specs
+    assert multi[:2] == (disc, disc) and multi[2] == AgentSpec(box(3), ActionSpec("multicategorical", (2,), (2,), (2, 2), (0, 0)))
 
 
 def _batch(copies=2, groups=([0, 1, 2],), **kwargs):
@@ -59,6 +73,8 @@ def test_agents_leave_are_padded_and_the_copy_autoresets_on_the_step_after_the_l
     env = _batch(copies=2, with_state=False)
     assert isinstance(env, PettingZooBatch)
     obs = env.reset(seed=10)[0]
+    assert set(obs) == {"obs"} and env.masks == [None]
+    obs = obs["obs"]
     assert obs.shape == (2, 3, 3) and obs.dtype == np.float32
     assert np.array_equal(obs[1], [[11, 0, 0], [11, 0, 10], [11, 0, 20]])  # copy c is seeded with seed + c
     assert env.active[0].all()
@@ -66,7 +82,8 @@ def test_agents_leave_are_padded_and_the_copy_autoresets_on_the_step_after_the_l
     seen = []
     for t in range(1, 6):
         obs, rew, term, trunc, active = (x[0] for x in env.step([ones]))
-        seen.append((obs, rew, term, trunc, active, env.state()))
+        assert set(obs) == {"obs"} and env.masks == [None]
+        seen.append((obs["obs"], rew, term, trunc, active, env.state()))
     # Step 2: "b" terminates; the observation that comes with the flag is its (real) final one.
     obs, rew, term, trunc, active, state = seen[1]
     assert term[:, 1].all() and not term[:, [0, 2]].any() and not trunc.any()
@@ -85,6 +102,7 @@ def test_agents_leave_are_padded_and_the_copy_autoresets_on_the_step_after_the_l
     assert np.array_equal(state[:, -3:], [[1, 0, 0]] * 2)
     # Step 6: the autoreset. Actions are ignored, no reward, no flags, a fresh (unseeded) episode.
     obs, rew, term, trunc, active = (x[0] for x in env.step([np.full((2, 3), 2)]))
+    obs = obs["obs"]
     assert np.array_equal(obs[0], [[1010, 0, 0], [1010, 0, 10], [1010, 0, 20]])
     assert not rew.any() and not (term | trunc).any() and active.all()
     assert np.array_equal(env.state()[:, -3:], np.ones((2, 3)))
@@ -127,16 +145,19 @@ def test_grouped_heterogeneous_batch_matches_the_dict_api_reference():
              for c in range(copies)] for t in range(steps)]
     ref = _reference(kwargs, copies, 5, acts)
     obs = env.reset(seed=5)
-    assert [o.shape for o in obs] == [(copies, 2, 3), (copies, 1, 4)]
+    # "b"'s 2x2 grid keeps its shape (the reference packs it flat, as the central critic's state does).
+    assert [set(o) for o in obs] == [{"obs"}, {"obs"}] and env.masks == [None, None]
+    assert [o["obs"].shape for o in obs] == [(copies, 2, 3), (copies, 1, 2, 2)]
     for t in range(steps):
         obs, rew, term, trunc, active = env.step([disc[t], box[t]])
+        assert [o["obs"].shape for o in obs] == [(copies, 2, 3), (copies, 1, 2, 2)]
         state = env.state()
         assert state.shape == (copies, 13)
         for c in range(copies):
             r = ref[t][c]
             for g, members in enumerate(groups):
                 for k, j in enumerate(members):
-                    assert np.allclose(obs[g][c, k], r["obs"][j]), (t, c, j)
+                    assert np.allclose(obs[g]["obs"][c, k].reshape(-1), r["obs"][j]), (t, c, j)
                     assert rew[g][c, k] == pytest.approx(r["rew"][j])
                     assert term[g][c, k] == r["term"][j] and trunc[g][c, k] == r["trunc"][j]
                     assert active[g][c, k] == r["active"][j], (t, c, j)
@@ -162,16 +183,35 @@ def test_groups_must_split_the_agents_and_share_a_spec():
         make_agent_batch(info, 1, [[0, 2]])
 
 
+class _Unusable(pz_envs.LeavingAgents):
+    """The test env with agent "c" given a Text observation or Dict actions, which no policy can handle."""
+
+    def __init__(self, bad_space: str, **kwargs):
+        super().__init__(**kwargs)
+        if bad_space == "obs":
+            self._obs_spaces["c"] = gym.spaces.Text(5)
+        else:
+            self._act_spaces["c"] = gym.spaces.Dict({"move": gym.spaces.Discrete(3)})
+
+    def _obs(self, agent):
+        space = self._obs_spaces[agent]
+        return space.sample() if isinstance(space, gym.spaces.Text) else super()._obs(agent)
+
+
 @pytest.mark.parametrize("env_id, agents, kwargs, message", [
     ("pettingzoo:no_such_pkg_xyz.env", None, {}, r"pip install -e '\.\[pettingzoo\]'"),
     ("pettingzoo:json", None, {}, "has no parallel_env"),
     ("pettingzoo:", None, {}, "expected pettingzoo:<module>.<env>"),
     (PZ, 5, {}, r"has 3 agents \(a, b, c\), not 5: pass --agents 3"),
     (PZ, None, {"colour": "red"}, "colour"),
-    (PZ, None, {"bad_space": "obs"}, "agent 'c': observation space Discrete"),
-    (PZ, None, {"bad_space": "action"}, "agent 'c': action space MultiDiscrete"),
+    # Agent "c" with a space no policy handles (Discrete observations and MultiDiscrete actions,
+    # pz_envs' own bad spaces, are supported now: see _Unusable).
+    (PZ, None, {"bad_space": "obs"}, "agent 'c': observation space Text"),
+    (PZ, None, {"bad_space": "action"}, "agent 'c': action space Dict"),
 ])
-def test_describe_rejects_unusable_pettingzoo_envs_with_one_line(env_id, agents, kwargs, message):
+def test_describe_rejects_unusable_pettingzoo_envs_with_one_line(env_id, agents, kwargs, message, monkeypatch):
+    if "bad_space" in kwargs:
+        monkeypatch.setattr(pz_envs, "parallel_env", lambda bad_space=None, **kw: _Unusable(bad_space, **kw))
     with pytest.raises(EnvError, match=message) as err:
         describe(env_id, agents, kwargs)
     assert "\n" not in str(err.value)
@@ -205,7 +245,7 @@ def test_mpe2_simple_spread_describes_and_runs_whole_episodes():
     pytest.importorskip("mpe2")
     info = describe(SPREAD, 3, SPREAD_KWARGS)
     assert info.agent_ids == ("agent_0", "agent_1", "agent_2")
-    assert info.specs == (AgentSpec((18,), "discrete", (), 5),) * 3
+    assert info.specs == (AgentSpec(box(18), discrete(5)),) * 3
     assert info.has_state and info.state_dim == 54
     with pytest.raises(EnvError, match="pass --agents 3.*N"):
         describe(SPREAD, 4, SPREAD_KWARGS)
@@ -214,7 +254,7 @@ def test_mpe2_simple_spread_describes_and_runs_whole_episodes():
     env = make_agent_batch(info, 2, [[0, 1, 2]])
     rng = np.random.default_rng(0)
     obs = env.reset(seed=0)
-    assert obs[0].shape == (2, 3, 18) and env.state().shape == (2, 54)
+    assert set(obs[0]) == {"obs"} and obs[0]["obs"].shape == (2, 3, 18) and env.state().shape == (2, 54)
     for episode in range(3):
         for t in range(25):
             obs, rew, term, trunc, active = (x[0] for x in env.step([rng.integers(0, 5, (2, 3))]))
@@ -231,12 +271,14 @@ def test_mpe2_speaker_listener_runs_as_two_heterogeneous_groups(continuous):
     pytest.importorskip("mpe2")
     info = describe(LISTENER, None, {"continuous_actions": continuous})
     assert info.agent_ids == ("speaker_0", "listener_0") and info.has_state and info.state_dim == 14
-    kind = "box" if continuous else "discrete"
-    assert info.specs == (AgentSpec((3,), kind, (3,) if continuous else (), 3),
-                          AgentSpec((11,), kind, (5,) if continuous else (), 5))
+    def action(n):  # mpe2's continuous actions are Box(0, 1, (n,))
+        return ActionSpec("gaussian", (n,), (n,), low=(0.0,) * n, high=(1.0,) * n) if continuous else discrete(n)
+
+    assert info.specs == (AgentSpec(box(3), action(3)), AgentSpec(box(11), action(5)))
+    assert [s.action.num_outputs for s in info.specs] == [3, 5]
     env = make_agent_batch(info, 3, [[0], [1]])
     obs = env.reset(seed=1)
-    assert [o.shape for o in obs] == [(3, 1, 3), (3, 1, 11)]
+    assert [o["obs"].shape for o in obs] == [(3, 1, 3), (3, 1, 11)]
     rng = np.random.default_rng(1)
     dones = 0
     for _ in range(2 * 26):
@@ -245,7 +287,7 @@ def test_mpe2_speaker_listener_runs_as_two_heterogeneous_groups(continuous):
         else:
             acts = [rng.integers(0, 3, (3, 1)), rng.integers(0, 5, (3, 1))]
         obs, rew, term, trunc, active = env.step(acts)
-        assert [o.shape for o in obs] == [(3, 1, 3), (3, 1, 11)] and env.state().shape == (3, 14)
+        assert [o["obs"].shape for o in obs] == [(3, 1, 3), (3, 1, 11)] and env.state().shape == (3, 14)
         # Both agents share the team reward and leave together.
         assert np.array_equal(rew[0], rew[1]) and np.array_equal(trunc[0], trunc[1])
         dones += int(trunc[1].sum())
@@ -262,17 +304,17 @@ def test_an_actor_steps_a_pettingzoo_env_and_masks_departed_agents():
     w = RolloutWorker(cfg, info, index=0)
     ro = w.collect(0, w.policy.state_dict())
     tr = ro.trajectories["shared"]
-    assert tr.obs.shape == (12, 2, 3, 3)
+    assert set(tr["obs"]) == {"obs"} and tr["obs"]["obs"].shape == (12, 2, 3, 3)
     # One episode is 5 steps and 1 autoreset step; "b" is live for 2 steps, "c" for 4, "a" for 5.
     live = torch.tensor([5, 2, 4])
     for start in (0, 6):
-        assert torch.equal(tr.valid[start:start + 6].sum(0), live.expand(2, 3))
-    assert torch.equal(tr.truncated.nonzero()[:, [0, 2]].unique(dim=0), torch.tensor([[4, 0], [10, 0]]))
+        assert torch.equal(tr["valid"][start:start + 6].sum(0), live.expand(2, 3))
+    assert torch.equal(tr["truncated"].nonzero()[:, [0, 2]].unique(dim=0), torch.tensor([[4, 0], [10, 0]]))
     assert torch.equal(ro.episode_lengths.sort().values, torch.tensor([2, 2, 2, 2, 4, 4, 4, 4, 5, 5, 5, 5]))
     # Episodes mode: exactly K whole episodes per slot, departed agents included.
     w = RolloutWorker(dataclasses.replace(cfg, rollout="episodes", episodes_per_request=2), info, index=0)
     ro = w.collect(0, w.policy.state_dict())
     tr = ro.trajectories["shared"]
-    done = (tr.terminated | tr.truncated) & tr.valid
+    done = (tr["terminated"] | tr["truncated"]) & tr["valid"]
     assert torch.equal(done.sum(0), torch.full((2, 3), 2))
-    assert ro.episode_lengths.sum() == tr.valid.sum()
+    assert ro.episode_lengths.sum() == tr["valid"].sum()

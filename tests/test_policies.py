@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from envs import describe
-from marl.policies import PolicyError, actor_input, assign, critic_input, policy_specs
+from envs.spaces import Leaf
+from marl.models.encoders import Encoder
+from marl.policies import PolicyError, agent_ids, assign, critic_state, policy_specs
 
 SPEAKER_LISTENER = ("speaker_0", "listener_0")
 
@@ -34,28 +36,48 @@ def test_agents_of_one_policy_must_share_their_spaces():
     info = describe("pettingzoo:mpe2.simple_speaker_listener_v4", None, {"continuous_actions": False})
     assert info.agent_ids == SPEAKER_LISTENER
     with pytest.raises(PolicyError, match="policy 'shared' acts for speaker_0 and listener_0, whose spaces differ "
-                                          "\\(obs 3, actions Discrete\\(3\\) vs obs 11, actions Discrete\\(5\\)\\)"):
+                                          "\\(obs \\{obs: box\\[3\\] float32\\}, actions Discrete\\[3\\] vs "
+                                          "obs \\{obs: box\\[11\\] float32\\}, actions Discrete\\[5\\]\\)"):
         policy_specs(info, "shared", False, "local")
     speaker, listener = policy_specs(info, {"speaker_*": "speaker", "listener_*": "listener"}, False, "central")
-    assert (speaker.name, speaker.agents, speaker.obs_dim, speaker.num_actions) == ("speaker", (0,), 3, 3)
-    assert (listener.name, listener.agents, listener.obs_dim, listener.num_actions) == ("listener", (1,), 11, 5)
+    size = lambda leaves: sum(leaf.size for leaf in leaves)  # noqa: E731
+    assert (speaker.name, speaker.agents, size(speaker.obs), speaker.action.nvec) == ("speaker", (0,), 3, (3,))
+    assert (listener.name, listener.agents, size(listener.obs), listener.action.nvec) == ("listener", (1,), 11, (5,))
+    assert speaker.action.kind == listener.action.kind == "categorical"
+    assert (speaker.action.num_outputs, listener.action.num_outputs) == (3, 5)
     # MAPPO: both critics see env.state(), then the agent's own observation.
-    assert (speaker.critic_dim, listener.critic_dim) == (info.state_dim + 3, info.state_dim + 11)
+    assert speaker.state_dim == listener.state_dim == info.state_dim
+    assert [leaf.name for leaf in speaker.critic_obs] == [leaf.name for leaf in listener.critic_obs] == ["state", "obs"]
+    assert (size(speaker.critic_obs), size(listener.critic_obs)) == (info.state_dim + 3, info.state_dim + 11)
 
 
 def test_agent_one_hot_and_central_critic_inputs():
     info = describe("CartPole-v1", 3)
     (spec,) = policy_specs(info, "shared", True, "central")
-    assert (spec.env_obs_dim, spec.obs_dim, spec.critic_dim) == (4, 4 + 3, (3 * 4 + 3) + (4 + 3))
+    obs_leaf = Leaf("obs", (), "box", (4,), "float32")
+    assert info.spec.obs == (obs_leaf,)
+    assert spec.obs == (obs_leaf, Leaf("agent_id", None, "discrete", (), "int64", (3,), (0,)))
+    assert spec.critic_obs == (Leaf("state", None, "box", (3 * 4 + 3,), "float32"), *spec.obs)
+    size = lambda leaves: sum(leaf.size for leaf in leaves)  # noqa: E731
+    assert (size(info.spec.obs), size(spec.obs), size(spec.critic_obs)) == (4, 4 + 3, (3 * 4 + 3) + (4 + 3))
     obs = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)  # [copies, agents, obs]
-    x = actor_input(spec, obs)
+    ids = agent_ids(spec, (2,))
+    assert ids.shape == (2, 3) and ids.dtype == torch.int64 and torch.equal(ids, torch.arange(3).expand(2, 3))
+    # The actor's input: its observation, then the one-hot of its agent id (made by the encoder).
+    flat = {"obs": obs.reshape(6, 4), "agent_id": ids.reshape(6)}
+    x = Encoder(spec.obs)(flat).reshape(2, 3, 7)
     assert torch.equal(x[..., :4], obs) and torch.equal(x[..., 4:], torch.eye(3).expand(2, 3, 3))
     state = torch.randn(2, 15)
-    c = critic_input(spec, x, state)
+    s = critic_state(spec, state)
+    assert s.shape == (2, 3, 15)
+    c = Encoder(spec.critic_obs)({**flat, "state": s.reshape(6, 15)}).reshape(2, 3, 22)
     assert c.shape == (2, 3, 22)
     for n in range(3):  # every agent of a copy sees that copy's state, then its own input (one-hot included)
+        assert torch.equal(s[:, n], state)
         assert torch.equal(c[:, n, :15], state) and torch.equal(c[:, n, 15:], x[:, n])
     (local,) = policy_specs(info, "shared", False, "local")
-    assert actor_input(local, obs) is obs and critic_input(local, obs, None) is None and local.critic_dim == 4
+    assert local.obs == (obs_leaf,) and critic_state(local, state) is None
+    assert local.critic_obs == local.obs and size(local.critic_obs) == 4 and local.state_dim == 0
+    assert torch.equal(Encoder(local.obs)({"obs": obs.reshape(6, 4)}), obs.reshape(6, 4))  # the observation as it is
     # A policy of one agent needs no one-hot.
-    assert all(s.obs_dim == 4 for s in policy_specs(info, "per-agent", True, "local"))
+    assert all(s.obs == (obs_leaf,) and size(s.obs) == 4 for s in policy_specs(info, "per-agent", True, "local"))

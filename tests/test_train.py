@@ -310,7 +310,7 @@ def test_resume_continues_the_run_on_another_learner_count(train):
     assert not train.survivors()
 
     for args, message in [(("--env", "Acrobot-v1"), "trained on CartPole-v1, not Acrobot-v1"),
-                          (("--hidden-sizes", "32,32"), "hidden_sizes [64, 64] (now [32, 32])"),
+                          (("--hidden-sizes", "32,32"), "network.hidden_sizes [64, 64], now [32, 32]"),
                           (("--run-name", "other"), "drop --run-name")]:
         bad = train("--resume", str(run), *args, logdir=False)
         assert bad.returncode == 2 and message in bad.stderr and "\n" not in bad.stderr.strip(), bad.stderr
