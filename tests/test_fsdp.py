@@ -112,3 +112,84 @@ def test_activation_checkpointing_changes_memory_not_math(tmp_path):
     for key in plain["after"]:
         torch.testing.assert_close(ac["after"][key], plain["after"][key], rtol=1e-6, atol=1e-6)
     assert ac["metrics"]["grad_norm"] == pytest.approx(plain["metrics"]["grad_norm"], rel=1e-6)
+
+
+def random_batch(spec, n: int, seed: int = 7) -> dict:
+    """Samples of every field of `sample_fields(spec)`, in range for each leaf (indices below nvec, any byte)."""
+    from marl.specs import leaves, sample_fields
+
+    g = torch.Generator().manual_seed(seed)
+    kinds = {f"obs.{leaf.name}": leaf for leaf in spec.obs}
+    batch: dict = {}
+    for name, (shape, dtype) in leaves(sample_fields(spec)):
+        leaf = kinds.get(name)
+        if leaf is not None and leaf.kind in ("discrete", "multidiscrete"):
+            x = torch.stack([torch.randint(0, k, (n,), generator=g) for k in leaf.nvec], -1).reshape(n, *shape)
+        elif dtype == torch.uint8:
+            x = torch.randint(0, 256, (n, *shape), generator=g, dtype=torch.uint8)
+        elif name == "actions":
+            x = torch.randint(0, spec.action.nvec[0], (n,), generator=g)
+        elif name == "logprobs":
+            x = torch.full((n,), -1.9) + 0.05 * torch.randn(n, generator=g)
+        else:
+            x = torch.randn((n, *shape), generator=g)
+        node = batch
+        *path, last = name.split(".")
+        for key in path:
+            node = node.setdefault(key, {})
+        node[last] = x
+    return batch
+
+
+def _step_network(rank: int, world: int, cfg: Config, out: str, extra_path: str) -> None:
+    import sys
+
+    sys.path.insert(0, extra_path)
+    learner = Learner(cfg, describe(cfg.env, 1), dist.group.WORLD, torch.device("cpu"), 0)
+    units = [m for m in learner.model.modules() if isinstance(m, FSDPModule)]
+    assert (not units) if world == 1 else len(units) == 1 + len(learner.model.blocks(0)) > 1
+    if rank == 0:
+        group = LearnerGroup(learner)
+        before = group.gather()
+        metrics, used = group.update({"shared": random_batch(learner.specs[0], 64)}, lr=1e-2)
+        after = group.gather()
+        group.stop()
+        torch.save({"before": before, "after": after, "metrics": metrics, "used": used}, out)
+    else:
+        follow(learner)
+
+
+def _readme_module(tmp_path) -> str:
+    from tests.test_train_spaces import readme_example
+
+    (tmp_path / "my_nets.py").write_text(readme_example())
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("network", ["cnn", "readme-custom", "readme-custom-ac"])
+def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
+    """The small CNN on MiniGrid's uint8 image (its own FSDP unit), and the README's custom module,
+    sharded by FSDP's size-based rule (every submodule with parameters, at a threshold of 0)."""
+    if network == "cnn":
+        pytest.importorskip("minigrid")
+        cfg = dataclasses.replace(CFG, env="MiniGrid-Empty-5x5-v0")
+    else:
+        cfg = dataclasses.replace(CFG, model="my_nets:TwoTowers", model_kwargs={"hidden": 16},
+                                  activation_checkpointing=network.endswith("-ac"))
+    path = _readme_module(tmp_path)
+    results = []
+    for world in (1, 2):
+        out = str(tmp_path / f"{network}_{world}.pt")
+        run_ranks(_step_network, world, tmp_path, cfg, out, path)
+        results.append(torch.load(out))
+    one, two = results
+    assert one["used"] == two["used"] == 64
+    moved = 0
+    for key in one["after"]:
+        torch.testing.assert_close(one["before"][key], two["before"][key], rtol=0, atol=0)
+        torch.testing.assert_close(two["after"][key], one["after"][key], rtol=1e-5, atol=1e-6)
+        moved += int(not torch.equal(one["after"][key], one["before"][key]))
+    assert moved == len(one["after"])
+    assert two["metrics"]["grad_norm"] == pytest.approx(one["metrics"]["grad_norm"], rel=1e-5)
+    if network == "cnn":
+        assert any(".cnns.image.convs." in k for k in one["after"])
