@@ -131,7 +131,7 @@ class GymAgentsBatch:
 
     @property
     def state_dim(self) -> int:
-        return self.agents * sum(max(int(np.prod(leaf.shape)), 1) for leaf in self.spec.obs) + self.agents
+        return self.agents * self.spec.stored_width + self.agents
 
     def state(self) -> np.ndarray:
         """(copies, state_dim): the current observations in agent order, then the alive mask (ones)."""

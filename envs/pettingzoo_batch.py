@@ -151,8 +151,7 @@ class PettingZooBatch:
     def state_dim(self) -> int:
         if self.has_state:
             return int(np.asarray(self.envs[0].state()).size)
-        width = [sum(max(int(np.prod(leaf.shape)), 1) for leaf in s.obs) for s in self.specs]
-        return sum(width) + len(self.agent_ids)
+        return sum(s.stored_width for s in self.specs) + len(self.agent_ids)
 
     def state(self) -> np.ndarray:
         """(copies, state_dim) float32 for the current observations (see the module doc)."""

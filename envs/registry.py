@@ -162,11 +162,6 @@ def _check_count(env_id: str, ids: tuple[str, ...], agents: int | None) -> None:
                        f"or set the env's own agent-count kwarg via --env-kwargs (e.g. '{{\"N\": {agents}}}' for simple_spread)")
 
 
-def _flat_width(spec: AgentSpec) -> int:
-    """An agent's observation in the central critic's fallback state: every leaf flattened as stored."""
-    return sum(max(int(np.prod(leaf.shape)), 1) for leaf in spec.obs)
-
-
 def _describe_pettingzoo(env_id: str, agents: int | None, env_kwargs: dict[str, Any], obs_keys: tuple[str, ...]) -> EnvInfo:
     env = _make_pettingzoo(env_id, env_kwargs)
     try:
@@ -178,7 +173,7 @@ def _describe_pettingzoo(env_id: str, agents: int | None, env_kwargs: dict[str, 
         has_state, size = _has_state(env)
     finally:
         env.close()
-    state_dim = size if has_state else sum(_flat_width(s) for s in specs) + len(ids)
+    state_dim = size if has_state else sum(s.stored_width for s in specs) + len(ids)
     return EnvInfo(env_id=env_id, agent_ids=ids, specs=specs, reward_threshold=None, state_dim=state_dim,
                    has_state=has_state, env_kwargs=tuple(sorted(env_kwargs.items())),
                    dropped=tuple(sorted({k for s in specs for k in s.dropped})))
@@ -219,7 +214,7 @@ def describe(env_id: str, agents: int | None = None, env_kwargs: dict[str, Any] 
         vec.close()
     spec = _agent_spec(env_id, obs_space, act_space, tuple(obs_keys), infos)
     return EnvInfo(env_id=env_id, agent_ids=tuple(f"agent_{i}" for i in range(agents)), specs=(spec,) * agents,
-                   reward_threshold=threshold, state_dim=agents * _flat_width(spec) + agents, has_state=False,
+                   reward_threshold=threshold, state_dim=agents * spec.stored_width + agents, has_state=False,
                    env_kwargs=tuple(sorted(env_kwargs.items())), wrappers=tuple(wrappers), dropped=spec.dropped)
 
 

@@ -54,6 +54,11 @@ class Leaf:
             return int(sum(self.nvec))
         return int(np.prod(self.shape, dtype=np.int64))
 
+    @property
+    def stored_width(self) -> int:
+        """Its width once flat as stored (an index is one number): its share of a fallback global state."""
+        return max(int(np.prod(self.shape, dtype=np.int64)), 1)
+
     def describe(self) -> str:
         if self.kind in ("discrete", "multidiscrete"):
             return f"{self.name}: {self.kind}{list(self.nvec)}"
@@ -106,6 +111,10 @@ class AgentSpec:
     action: ActionSpec
     mask: str = ""  # "": none; "obs": the Dict observation's "action_mask"; "info": info["action_mask"]
     dropped: tuple[str, ...] = ()  # observation keys no network can use, left out
+
+    @property
+    def stored_width(self) -> int:
+        return sum(leaf.stored_width for leaf in self.obs)
 
     def describe(self) -> str:
         mask = f", mask in {self.mask}" if self.mask else ""

@@ -15,7 +15,7 @@ from envs import EnvInfo, make_agent_batch
 from marl import distributions
 from marl.config import Config
 from marl.models import build_model, network_of
-from marl.policies import agent_ids, critic_state, specs_of
+from marl.policies import critic_state, policy_obs, specs_of
 from marl.specs import allocate, step_fields, tree_map
 from marl.trajectory import Rollout
 
@@ -35,7 +35,6 @@ class RolloutWorker:
         self.env = make_agent_batch(info, cfg.envs_per_actor, [list(s.agents) for s in self.specs])
         self.policy = build_model(self.specs, network_of(cfg)).eval()
         self.central = any(s.central for s in self.specs)
-        self._agent_id = [any(leaf.name == "agent_id" for leaf in s.obs) for s in self.specs]
         self.version = -1
         # Each actor's envs and sampling get their own stream, all derived from the run's seed.
         seed = cfg.seed * 100_003 + 7_919 * (index + 1) + 1_000_003 * seed_offset
@@ -46,12 +45,7 @@ class RolloutWorker:
 
     def _observe(self, obs) -> None:
         """The env's arrays for the current step as tensors (no copies), the agent-id leaf added."""
-        self.obs = []
-        for spec, o, with_id in zip(self.specs, obs, self._agent_id):
-            o = {k: torch.from_numpy(v) for k, v in o.items()}
-            if with_id:
-                o["agent_id"] = agent_ids(spec, (self.copies,))
-            self.obs.append(o)
+        self.obs = [policy_obs(spec, o, (self.copies,)) for spec, o in zip(self.specs, obs)]
         self.masks = [None if m is None else torch.from_numpy(m) for m in self.env.masks]
 
     def _reset(self, seed: int | None) -> None:

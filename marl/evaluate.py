@@ -18,7 +18,7 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
     import torch
 
     from envs import make_agent_batch
-    from marl.policies import agent_ids
+    from marl.policies import policy_obs
 
     env = make_agent_batch(info, 1, [list(s.agents) for s in specs])
     obs = env.reset(seed=seed)
@@ -32,9 +32,7 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
                 break
             actions = []
             for g, spec in enumerate(specs):
-                o = {k: torch.from_numpy(v[0]) for k, v in obs[g].items()}
-                if "agent_id" in (leaf.name for leaf in spec.obs):
-                    o["agent_id"] = agent_ids(spec, ())
+                o = policy_obs(spec, {k: v[0] for k, v in obs[g].items()}, ())
                 mask = env.masks[g]
                 a = act(spec, o, None if mask is None else torch.from_numpy(mask[0]))
                 actions.append(a.reshape(1, len(spec.agents), *spec.action.shape).numpy())

@@ -37,6 +37,10 @@ class PolicySpec:
     state_dim: int  # the global state's size with --critic central, else 0
 
     @property
+    def agent_id_input(self) -> bool:
+        return any(leaf.name == "agent_id" for leaf in self.obs)
+
+    @property
     def critic_obs(self) -> tuple[Leaf, ...]:
         """The critic's input: MAPPO's agent-specific global state (the env's state, then the agent's own input)."""
         return (Leaf("state", None, "box", (self.state_dim,), "float32"), *self.obs) if self.central else self.obs
@@ -109,6 +113,15 @@ def specs_of(cfg, info: EnvInfo) -> tuple[PolicySpec, ...]:
 def agent_ids(spec: PolicySpec, lead: tuple[int, ...]) -> torch.Tensor:
     """The "agent_id" leaf for [*lead, n] slots: each agent's position within its policy."""
     return torch.arange(len(spec.agents)).expand(*lead, len(spec.agents))
+
+
+def policy_obs(spec: PolicySpec, arrays: dict, lead: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """The env's arrays for the policy's [*lead, n] slots as tensors (no copies), with the
+    "agent_id" leaf where the policy reads one."""
+    obs = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    if spec.agent_id_input:
+        obs["agent_id"] = agent_ids(spec, lead)
+    return obs
 
 
 def critic_state(spec: PolicySpec, state: torch.Tensor | None) -> torch.Tensor | None:
