@@ -111,3 +111,12 @@ def test_bad_networks_and_spaces_get_one_line_and_exit_2(train, args, message):
     r = train(*args, timeout=120)
     assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert not train.survivors() and not (train.logdir).exists() or not any(train.logdir.iterdir())
+
+
+def test_the_reported_pong_crash_is_gone(train):
+    """`ale_py:ALE/Pong-v5` once crashed every actor: its spaces were read from gym.make (210x160x3)
+    while the actors stepped ale_py's vector env (4x84x84). Both now come from the object stepped."""
+    pytest.importorskip("ale_py")
+    r = train("--env", "ale_py:ALE/Pong-v5", "--agents", "1", "--envs-per-actor", "2", "--num-steps", "16",
+              "--total-steps", "64", "--hidden-sizes", "32")
+    assert r.returncode == 0 and "failed and is dropped" not in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
