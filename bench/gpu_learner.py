@@ -38,7 +38,7 @@ from envs import EnvInfo, describe  # noqa: E402
 from marl.config import Config  # noqa: E402
 from marl.launch import device_and_backend, exit_now  # noqa: E402
 from marl.learner import Learner, LearnerGroup, follow  # noqa: E402
-from marl.specs import leaves, sample_fields  # noqa: E402
+from marl.specs import example_trajectory  # noqa: E402
 
 RESULT_TAG = "gpu_learner-result:"
 
@@ -74,52 +74,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _indices(nvec: tuple[int, ...], lead: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
-    """Uniform indices [n, *lead] below each entry of nvec (one column per entry, or none for a scalar)."""
-    cols = [torch.randint(0, k, (lead[0],), generator=g) for k in nvec]
-    return torch.stack(cols, dim=-1) if len(lead) > 1 else cols[0]
-
-
-def _leaf(leaf, n: int, g: torch.Generator) -> torch.Tensor:
-    """`n` random values of one observation leaf, in its stored dtype."""
-    if leaf.kind in ("discrete", "multidiscrete"):
-        return _indices(leaf.nvec, (n, *leaf.shape), g)
-    if leaf.kind == "multibinary":
-        return torch.randint(0, 2, (n, *leaf.shape), generator=g, dtype=torch.uint8)
-    if leaf.dtype == "uint8":
-        return torch.randint(0, 256, (n, *leaf.shape), generator=g, dtype=torch.uint8)
-    return torch.randn(n, *leaf.shape, generator=g)
-
-
-def make_batch(info: EnvInfo, spec, n: int, seed: int) -> dict:
-    """A synthetic PPO batch of `n` flat samples on CPU for one policy, as tests/test_fsdp.py's make_batch."""
+def make_trajectories(spec_list, n: int, seed: int) -> list[dict]:
+    """One synthetic rollout of about `n` agent-steps per policy, every field of what actors send
+    (marl.specs.example_trajectory): LearnerGroup computes the targets and cuts the minibatches."""
     g = torch.Generator().manual_seed(seed)
-    fields = sample_fields(spec)
-    batch = {"obs": {leaf.name: _leaf(leaf, n, g) for leaf in spec.obs if leaf.name != "agent_id"}}
-    if "agent_id" in fields["obs"]:
-        batch["obs"]["agent_id"] = torch.randint(0, len(spec.agents), (n,), generator=g)
-    act = spec.action
-    if act.kind in ("categorical", "multicategorical"):
-        batch["actions"] = _indices(act.nvec, (n, *act.shape), g)
-        base = -sum(math.log(k) for k in act.nvec)  # the log-probability of a uniform policy
-    elif act.kind == "bernoulli":
-        batch["actions"] = torch.randint(0, 2, (n, *act.shape), generator=g)
-        base = -math.log(2) * act.num_outputs
-    else:
-        batch["actions"] = torch.randn(n, *act.shape, generator=g)
-        base = -0.5 * math.log(2 * math.pi) * act.num_outputs - 0.5 * act.num_outputs
-    batch["logprobs"] = torch.full((n,), base) + 0.05 * torch.randn(n, generator=g)
-    for key in ("values", "advantages", "returns"):
-        batch[key] = torch.randn(n, generator=g)
-    if "action_mask" in fields:
-        batch["action_mask"] = torch.ones(n, act.mask_size, dtype=torch.bool)  # every action legal
-    if "state" in fields:
-        batch["state"] = torch.randn(n, spec.state_dim, generator=g)
-    got = dict(leaves(batch))
-    for key, (shape, dtype) in leaves(fields):  # exactly what LearnerGroup scatters
-        assert got[key].shape == (n, *shape) and got[key].dtype == dtype, key
-    assert got.keys() == dict(leaves(fields)).keys(), (sorted(got), sorted(dict(leaves(fields))))
-    return batch
+    out = {}
+    for spec in spec_list:
+        E = 16  # env slots: every rank gets some
+        T = max(n // (E * len(spec.agents)), 1)
+        out[spec.name] = example_trajectory(spec, T, E, g)
+    return [out]
 
 
 def _sync(device: torch.device) -> None:
@@ -130,17 +94,17 @@ def _sync(device: torch.device) -> None:
 def drive(args: argparse.Namespace, learner: Learner, device: torch.device) -> dict:
     """Rank 0: warm up, time the updates and the gathers, then tell the other ranks to stop."""
     group = LearnerGroup(learner)
-    batch = {spec.name: make_batch(learner.info, spec, args.batch, args.seed) for spec in learner.specs}
+    batch = make_trajectories(learner.specs, args.batch, args.seed)
     metrics: dict[str, float] = {}
     used = 0
     for _ in range(args.warmup):
-        metrics, used = group.update(batch, args.lr)
+        metrics, used = group.update(batch, 0)
     times = []
     _sync(device)
     start = time.perf_counter()
     for _ in range(args.updates):
         t = time.perf_counter()
-        metrics, used = group.update(batch, args.lr)
+        metrics, used = group.update(batch, 0)
         _sync(device)
         times.append(time.perf_counter() - t)
     total = time.perf_counter() - start
@@ -184,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     info = describe(args.env, 1)
     fields = dict(env=args.env, agents=1, learners=world, hidden_sizes=args.hidden, precision=args.precision,
-                  num_minibatches=args.minibatches, update_epochs=args.epochs, learning_rate=args.lr, seed=args.seed)
+                  num_minibatches=args.minibatches, update_epochs=args.epochs, learning_rate=args.lr, anneal_lr=False, seed=args.seed)
     if args.activation_checkpointing:
         fields["activation_checkpointing"] = True
     cfg = dataclasses.replace(Config(), **fields)

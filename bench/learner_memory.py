@@ -46,6 +46,7 @@ from envs import describe  # noqa: E402
 from marl.config import Config  # noqa: E402
 from marl.launch import exit_now  # noqa: E402
 from marl.learner import MIN_BLOCK_PARAMS, Learner, LearnerGroup, follow  # noqa: E402
+from marl.specs import example_trajectory  # noqa: E402
 
 ENV = "CartPole-v1"
 HIDDEN = (4096, 4096, 4096, 4096)
@@ -75,15 +76,6 @@ class ChildFailed(RuntimeError):
 
 
 # --- in the rank processes
-
-
-def make_batch(n: int, obs_dim: int, num_actions: int) -> dict:
-    """Synthetic PPO samples (as tests/test_fsdp.py): the values do not matter, only the shapes and the work."""
-    g = torch.Generator().manual_seed(123)
-    return {"obs": {"obs": torch.randn(n, obs_dim, generator=g)}, "actions": torch.randint(0, num_actions, (n,), generator=g),
-            "logprobs": torch.full((n,), -0.69) + 0.05 * torch.randn(n, generator=g),
-            "values": torch.randn(n, generator=g), "advantages": torch.randn(n, generator=g),
-            "returns": torch.randn(n, generator=g)}
 
 
 def peak_rss_bytes() -> int:
@@ -136,9 +128,10 @@ def run_rank(rank: int, world: int, init_method: str, job: Job) -> dict:
         group = LearnerGroup(learner) if rank == 0 else None
         if group is not None:
             start = time.perf_counter()
-            (obs,) = info.spec.obs  # CartPole: one Box(4,) leaf, Discrete(2) actions
-            (num_actions,) = info.spec.action.nvec
-            group.update({"shared": make_batch(job.batch, obs.size, num_actions)}, lr=1e-3)
+            (spec,) = learner.specs  # CartPole: one Box(4,) leaf, Discrete(2) actions
+            E = 8  # env slots: every rank gets some
+            traj = example_trajectory(spec, max(job.batch // E, 1), E, torch.Generator().manual_seed(123))
+            group.update([{"shared": traj}], global_step=0)
             out["update_s"] = time.perf_counter() - start
             group.stop()
         else:

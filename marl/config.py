@@ -52,6 +52,10 @@ class Config:
     # --- budget and stopping
     total_steps: int = _f(500_000, "step budget in agent-steps (one agent acting once = one step)")
     target_return: typing.Optional[float] = _f(None, "stop when the mean return of the last 100 episodes reaches this; default: the env's reward_threshold")
+    # --- algorithm
+    algo: str = _f("ppo", "`ppo` (GAE, clipped surrogate, several epochs); `appo` (the clipped surrogate on V-trace advantages and value targets: for --mode async); `impala` (the V-trace actor-critic loss, one pass per batch)", choices=("ppo", "appo", "impala"))
+    vtrace_rho: float = _f(1.0, "V-trace's clip of the importance weights in its TD errors and advantages (rho-bar; appo, impala)")
+    vtrace_c: float = _f(1.0, "V-trace's clip of the trace-cutting importance weights (c-bar; appo, impala)")
     # --- PPO (names as in CleanRL's ppo.py). The defaults solve CartPole-v1 with 8 agents in about
     # 120k agent-steps (README, "Measured"): a higher learning rate than CleanRL's, annealed over
     # the 500k budget, and no value clipping (returns reach ~100, which a 0.2 clip only slows down).
@@ -268,6 +272,8 @@ def validate(cfg: Config, *, gpus: int) -> Config:
         ("vf_coef", cfg.vf_coef > 0, "greater than 0"),
         ("max_grad_norm", cfg.max_grad_norm > 0, "greater than 0"),
         ("rpc_timeout", cfg.rpc_timeout > 0, "greater than 0"),
+        ("vtrace_rho", cfg.vtrace_rho > 0, "greater than 0"),
+        ("vtrace_c", cfg.vtrace_c > 0, "greater than 0"),
     ]
     for name, ok, want in checks:
         v = getattr(cfg, name)

@@ -1,9 +1,9 @@
-"""Coordinator: the PPO loop (collect -> learn -> publish, in turn or overlapped), run in learner rank 0.
+"""Coordinator: the training loop (collect -> learn -> publish, in turn or overlapped), run in learner rank 0.
 
 It is the only code that talks to actors. Each iteration it asks every actor for a rollout at
-once (`rpc_async`), gathers them with the RPC timeout, computes advantages, hands the batch to
-the learner group, and publishes the new weights with the next request, to the actors that
-don't hold them yet.
+once (`rpc_async`), gathers them with the RPC timeout, hands the raw trajectories to the learner
+group (each learner rank computes its own targets), logs, and publishes the new weights with the
+next request, to the actors that don't hold them yet. It computes no targets.
 """
 
 from __future__ import annotations
@@ -22,15 +22,13 @@ import torch.distributed.rpc as rpc
 from envs import EnvInfo
 from marl import checkpoint
 from marl.actor import RolloutWorker
-from marl.algorithms import gae
 from marl.config import Config
 from marl.control import RunControl, StartupClock
 from marl.errors import AllActorsLost, NonFiniteError
 from marl.learner import Learner, LearnerGroup
 from marl.logging import RunLogger
 from marl.policy_file import export_policy
-from marl.specs import cat
-from marl.trajectory import Rollout, flatten_valid
+from marl.trajectory import Rollout
 
 WINDOW = 100  # episodes in the "mean return" that decides when a run is solved (Gymnasium's convention)
 
@@ -44,34 +42,6 @@ class Result:
     seconds: float
     mean_return: float | None
     steps: int  # taken by this process: fewer than global_step after a resume
-
-
-def build_batch(rollouts: list[Rollout], cfg: Config) -> dict[str, dict[str, torch.Tensor]]:
-    """Per policy: GAE per trajectory, then the valid samples of all of them, advantages normalised
-    over the policy's batch.
-
-    Normalising over the whole batch (not per minibatch, as CleanRL does) keeps the update the
-    same however many learner ranks the batch is split over.
-    """
-    batches = {}
-    for name in rollouts[0].trajectories:
-        parts = []
-        for rollout in rollouts:
-            tr = rollout.trajectories[name]
-            adv, ret = gae(tr["rewards"], tr["values"], tr["next_value"], tr["terminated"], tr["truncated"],
-                           tr["bootstrap_value"], cfg.gamma, cfg.gae_lambda)
-            parts.append(flatten_valid(tr, adv, ret))
-        batch = cat(parts)
-        if cfg.norm_adv and batch["advantages"].numel() > 1:  # one sample has no spread to normalise by
-            a = batch["advantages"]
-            batch["advantages"] = (a - a.mean()) / (a.std() + 1e-8)
-        batches[name] = batch
-    return batches
-
-
-def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
-    var = returns.var()
-    return float("nan") if var == 0 else float(1 - (returns - values).var() / var)
 
 
 class ActorPool:
@@ -246,12 +216,9 @@ class Coordinator:
                     self._startup()
                 self.iteration += 1
                 lag = sum(self.version - r.policy_version for r in rollouts) / len(rollouts)
-                batch = build_batch(rollouts, cfg)
                 steps = sum(r.steps for r in rollouts)
-                frac = max(1.0 - self.global_step / cfg.total_steps, 0.0) if cfg.anneal_lr else 1.0
-                lr = cfg.learning_rate * max(frac, 1e-3)
                 try:
-                    metrics, used = self.learners.update(batch, lr)
+                    metrics, used = self.learners.update([r.trajectories for r in rollouts], self.global_step)
                 except NonFiniteError as e:
                     # No checkpoint: the last one written holds the last good weights.
                     raise NonFiniteError(f"iteration {self.iteration} (step {self.global_step:,}): {e}") from None
@@ -262,7 +229,7 @@ class Coordinator:
                     stream.publish(self.version, self.weights)
                 t3 = time.perf_counter()
                 self.global_step += steps
-                result = self._log(start, rollouts, batch, metrics, used, lr, lag, (t0, t1, t2, t3))
+                result = self._log(start, rollouts, metrics, used, lag, (t0, t1, t2, t3))
                 if result is not None or (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0):
                     self.save()
                 if result is not None:
@@ -300,7 +267,7 @@ class Coordinator:
         self.log.print(f"start-up: {total:.2f}s from the command to the first rollout ("
                        + " | ".join(f"{k.replace('_', ' ')} {v:.2f}s" for k, v in parts.items()) + ")")
 
-    def _log(self, start, rollouts, batch, metrics, used, lr, lag, times) -> Result | None:
+    def _log(self, start, rollouts, metrics, used, lag, times) -> Result | None:
         """Log one iteration; return the Result if the run should stop."""
         cfg, log, recent = self.cfg, self.log, self.recent
         iteration, global_step = self.iteration, self.global_step
@@ -316,12 +283,8 @@ class Coordinator:
         # and dispatch. Async: actors compute while the learner trains, so every wait is idle.
         idle = t1 - t0 if cfg.mode == "async" else max(t1 - t0 - busy, 0.0)
         log.scalars({
-            **{f"losses/{k}": v for k, v in metrics.items() if k != "grad_norm"},
-            "losses/explained_variance": explained_variance(torch.cat([b["values"] for b in batch.values()]),
-                                                            torch.cat([b["returns"] for b in batch.values()])),
-            **{f"losses/{name}/explained_variance": explained_variance(b["values"], b["returns"]) for name, b in batch.items()},
-            "losses/grad_norm": metrics["grad_norm"],
-            "charts/learning_rate": lr,
+            **{f"losses/{k}": v for k, v in metrics.items() if k != "learning_rate"},
+            "charts/learning_rate": metrics["learning_rate"],
             "charts/SPS": sps,
             "perf/collect_seconds": t1 - t0,
             "perf/actor_busy_seconds": busy,
@@ -353,7 +316,6 @@ def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, contro
     learners = LearnerGroup(Learner(cfg, info, learner_group, device))
     resume = checkpoint.read_trainer(Path(cfg.resume)) if cfg.resume else None
     if resume is not None:
-        learners.restore(resume)
         for dropped in checkpoint.drop_newer(Path(cfg.resume)):
             print(f"marl: removed {dropped}: newer than the checkpoint this run resumes from", flush=True)
     # A resumed run drops the events the earlier process logged after its checkpoint: the curve goes on from it.

@@ -18,16 +18,17 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from envs import EnvInfo
 from marl import checkpoint, distributions
-from marl.algorithms import ppo_loss
+from marl.algorithms import make_algorithm
+from marl.algorithms.base import learning_rate
 from marl.config import Config
 from marl.errors import NonFiniteError
 from marl.models import PolicySet, build_model, network_of
 from marl.policies import PolicySpec, specs_of
-from marl.specs import leaves, sample_fields, tree_map
+from marl.specs import cat, leaves, trajectory_fields, tree_map
+from marl.trajectory import flatten_valid
 
 _STOP, _TRAIN, _GATHER, _SAVE = 0, 1, 2, 3
 
-METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
 
 
 # A block gets its own FSDP unit only if it is at least this big. Each unit costs an all-gather and
@@ -88,23 +89,25 @@ class TrainState:
     and the optimizer's (sharded) state and this rank's sampling generator. The checkpointer sees
     only `state_dict` / `load_state_dict` (TorchTitan's rule), never a learner's attributes."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator, rank: int):
-        self.model, self.optimizer, self.generator = model, optimizer, generator
-        self.rng_key = f"rng.learner{rank}"
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, generators: tuple[torch.Generator, ...],
+                 rank: int):
+        self.model, self.optimizer, self.generators = model, optimizer, generators
+        self.rng_keys = [f"rng{i}.learner{rank}" for i in range(len(generators))]
 
     def state_dict(self) -> dict:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         # get_state_dict creates the optimizer's state (zeros) so that a load has tensors to load into.
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        return {"model": model_sd, "optim": optim_sd, self.rng_key: self.generator.get_state()}
+        return {"model": model_sd, "optim": optim_sd, **{k: g.get_state() for k, g in zip(self.rng_keys, self.generators)}}
 
     def load_state_dict(self, state: dict) -> None:
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         # A rank the saving run did not have keeps the fresh seed it was given (checkpoint.load).
-        self.generator.set_state(state[self.rng_key])
+        for key, g in zip(self.rng_keys, self.generators):
+            g.set_state(state[key])
 
 
 class Learner:
@@ -131,44 +134,67 @@ class Learner:
             self.model = parallelize(model, None, cfg.precision, min_block_params, cfg.activation_checkpointing)
         # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
-        self.generator = torch.Generator().manual_seed(cfg.seed * 1_000 + self.rank)
-        self.state = TrainState(self.model, self.optimizer, self.generator, self.rank)
+        self.algorithm = make_algorithm(cfg)
+        self.generator = torch.Generator().manual_seed(cfg.seed * 1_000 + self.rank)  # minibatch order
+        # Which samples a policy keeps when its count is cut to the minibatches (rank 0's stream is
+        # the one the coordinator used before targets moved to the learner ranks).
+        self.cut_generator = torch.Generator().manual_seed(cfg.seed + 7_919 * self.rank)
+        self.state = TrainState(self.model, self.optimizer, (self.generator, self.cut_generator), self.rank)
         if cfg.resume:
             checkpoint.load(self.state, Path(cfg.resume), self.group)  # a collective, like everything a Learner does
 
-    def update(self, shards: dict[str, dict[str, torch.Tensor]], lr: float) -> dict[str, float]:
-        """PPO epochs over this rank's shard of every policy's samples: each minibatch step sums the
-        policies' losses, so one optimizer step updates them all. Returns metrics averaged over
-        minibatches and ranks: per policy as `<policy>/<metric>`, and over policies as `<metric>`."""
-        cfg = self.cfg
-        # A policy whose agents made too few valid steps this iteration (agents that left early) sits it out.
-        specs = [s for s in self.specs if shards[s.name]["values"].shape[0] > 0]
+    def update(self, trajs: dict[str, dict], global_step: int, pieces: list[tuple[int, int]]) -> tuple[dict[str, float], int]:
+        """One update from this rank's share of every policy's trajectories ([T, S, n, ...], whole env
+        slots): the algorithm's targets, then its passes over minibatches, each step summing the
+        policies' losses so that one optimizer step updates them all. `pieces` are the slot ranges
+        of the rollouts these slots came from, flattened one after another (the order a single
+        rank has always used). Returns metrics averaged over minibatches and ranks (per policy as
+        `<policy>/<metric>`, over policies as `<metric>`) and the samples used over all ranks."""
+        cfg, algo = self.cfg, self.algorithm
+        lr = learning_rate(cfg, global_step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        data = {s.name: tree_map(lambda v: v.to(self.device, non_blocking=True), shards[s.name]) for s in specs}
+        trajs = {name: tree_map(lambda v: v.to(self.device, non_blocking=True), t) for name, t in trajs.items()}
+        current = self._current(trajs) if algo.needs_current else {}
+        samples, stats = {}, {}
+        for spec in self.specs:
+            traj = trajs[spec.name]
+            adv, ret = algo.targets(traj, current.get(spec.name))
+            samples[spec.name] = cat([flatten_valid(tree_map(lambda v: v[:, a:b], traj), adv[:, a:b], ret[:, a:b])
+                                      for a, b in pieces or [(0, 0)]])  # a rank may hold only padding slots
+        samples = self._normalise(samples)
+        # Equal minibatch steps on every rank: each policy is cut to what the rank with the fewest has.
         K = cfg.num_minibatches
-        sizes = {name: d["values"].shape[0] // K for name, d in data.items()}
-        per_policy = len(METRICS) - 1
-        totals = torch.zeros(len(specs) * per_policy + 1, device=self.device)
+        counts = torch.tensor([samples[s.name]["values"].shape[0] for s in self.specs], device=self.device)
+        dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.group)
+        sizes = {s.name: (int(c) // K) * K for s, c in zip(self.specs, counts)}
+        if not any(sizes.values()):
+            raise RuntimeError(f"batches of {counts.tolist()} samples per rank are too small for {K} minibatches")
+        # A policy whose agents made too few valid steps this iteration (agents that left early) sits it out.
+        specs = [s for s in self.specs if sizes[s.name]]
+        data = {}
+        for spec in specs:
+            n = samples[spec.name]["values"].shape[0]
+            perm = torch.randperm(n, generator=self.cut_generator)[: sizes[spec.name]].to(self.device)
+            data[spec.name] = tree_map(lambda v: v[perm], samples[spec.name])
+        metrics = self._explained_variance(samples)
+        totals: dict[str, torch.Tensor] = {}
         count = 0
-        for epoch in range(cfg.update_epochs):
+        for epoch in range(algo.epochs):
             perms = {name: torch.randperm(d["values"].shape[0], generator=self.generator).to(self.device)
                      for name, d in data.items()}
             epoch_kl = torch.zeros((), device=self.device)
             for k in range(K):
-                mb = {name: tree_map(lambda v: v[perms[name][k * sizes[name]:(k + 1) * sizes[name]]], d)
+                mb = {name: tree_map(lambda v: v[perms[name][k * (sizes[name] // K):(k + 1) * (sizes[name] // K)]], d)
                       for name, d in data.items()}
                 out = self.model({name: (m["obs"], m.get("state")) for name, m in mb.items()})
-                loss, stats = 0.0, []
+                loss, step = 0.0, {}
                 for spec in specs:
                     m, (pd, value) = mb[spec.name], out[spec.name]
                     pi = distributions.make(spec.action, pd.float(), m.get("action_mask"))
-                    policy_loss, policy_stats = ppo_loss(
-                        pi.log_prob(m["actions"]), m["logprobs"], m["advantages"], value.float(),
-                        m["values"], m["returns"], pi.entropy(), clip_coef=cfg.clip_coef,
-                        clip_vloss=cfg.clip_vloss, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
+                    policy_loss, policy_stats = algo.loss(pi.log_prob(m["actions"]), pi.entropy(), value.float(), m)
                     loss = loss + policy_loss
-                    stats.extend(policy_stats[name] for name in METRICS[:-1])
+                    step.update({f"{spec.name}/{k_}": v for k_, v in policy_stats.items()})
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
@@ -179,24 +205,93 @@ class Learner:
                     raise NonFiniteError(f"the loss or its gradients became NaN or Inf (epoch {epoch + 1}, "
                                          f"minibatch {k + 1}); the weights were left as they were before this step")
                 self.optimizer.step()
-                step_stats = torch.stack([*stats, grad_norm.detach().float()])
-                totals += step_stats
-                epoch_kl += step_stats[METRICS.index("approx_kl"):-1:per_policy].mean()
+                step["grad_norm"] = grad_norm.detach().float()
+                for name, v in step.items():
+                    totals[name] = totals.get(name, 0.0) + v
+                kls = [v for name, v in step.items() if name.endswith("/approx_kl")]
+                if kls:
+                    epoch_kl += torch.stack(kls).mean()
                 count += 1
             if cfg.target_kl is not None:
                 # Every rank must stop after the same epoch, or the next collective deadlocks.
                 dist.all_reduce(epoch_kl, group=self.group)
                 if epoch_kl.item() / (self.world * K) > cfg.target_kl:
                     break
-        dist.all_reduce(totals, group=self.group)
-        means = (totals / (count * self.world)).tolist()
-        metrics = {"grad_norm": means[-1]}
-        for j, name in enumerate(METRICS[:-1]):
-            values = means[j:-1:per_policy]
-            metrics[name] = sum(values) / len(values)
-            for spec, v in zip(specs, values):
-                metrics[f"{spec.name}/{name}"] = v
-        return metrics
+        means = self._mean_over_ranks({name: v / count for name, v in totals.items()})
+        metrics.update(means)
+        for name in {n.split("/", 1)[1] for n in means if "/" in n}:
+            per_policy = [v for n, v in means.items() if n.endswith("/" + name)]
+            metrics[name] = sum(per_policy) / len(per_policy)
+        metrics["learning_rate"] = lr
+        return metrics, sum(sizes.values()) * self.world
+
+    def _current(self, trajs: dict[str, dict]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """The learner's log-probs of the taken actions and its values over whole trajectories (V-trace's
+        target policy), in one forward of every policy (FSDP's collectives run in the root's forward)."""
+        flat = {name: tree_map(lambda v: v.reshape(-1, *v.shape[3:]), {k: t[k] for k in ("obs", "actions")
+                               if k in t} | {k: t[k] for k in ("state", "action_mask") if k in t})
+                for name, t in trajs.items()}
+        with torch.no_grad():
+            out = self.model({name: (f["obs"], f.get("state")) for name, f in flat.items()})
+        current = {}
+        for spec in self.specs:
+            f, (pd, value) = flat[spec.name], out[spec.name]
+            lead = trajs[spec.name]["values"].shape
+            logp = distributions.make(spec.action, pd.float(), f.get("action_mask")).log_prob(f["actions"])
+            current[spec.name] = (logp.reshape(lead), value.float().reshape(lead))
+        return current
+
+    def _normalise(self, samples: dict[str, dict]) -> dict[str, dict]:
+        """Advantages normalised per policy by the mean and standard deviation of every rank's
+        samples together, so that 1 rank and 2 ranks take the same step (CleanRL normalises per
+        minibatch instead). The advantages are gathered, a scalar per sample, so that the statistics
+        are torch's own over the whole batch, exactly those a single rank computes."""
+        if not self.cfg.norm_adv:
+            return samples
+        for name, s in samples.items():
+            a = s["advantages"]
+            everyone = self._gather_1d(a)
+            if everyone.numel() > 1:  # one sample has no spread to normalise by
+                s["advantages"] = (a - everyone.mean()) / (everyone.std() + 1e-8)
+        return samples
+
+    def _gather_1d(self, x: torch.Tensor) -> torch.Tensor:
+        """Every rank's 1-D tensor, concatenated in rank order (they may differ in length)."""
+        if self.world == 1:
+            return x
+        counts = [torch.zeros((), dtype=torch.int64, device=self.device) for _ in range(self.world)]
+        dist.all_gather(counts, torch.tensor(x.numel(), device=self.device), group=self.group)
+        longest = int(max(counts))
+        padded = torch.cat([x, x.new_zeros(longest - x.numel())])
+        parts = [torch.empty_like(padded) for _ in range(self.world)]
+        dist.all_gather(parts, padded, group=self.group)
+        return torch.cat([p[: int(c)] for p, c in zip(parts, counts)])
+
+    def _explained_variance(self, samples: dict[str, dict]) -> dict[str, float]:
+        """1 - Var(returns - values) / Var(returns), per policy and over all, from sums over every rank."""
+        rows = []
+        for name, s in samples.items():
+            ret, res = s["returns"].double(), (s["returns"] - s["values"]).double()
+            rows.append(torch.stack([ret.new_tensor(ret.numel()), ret.sum(), (ret ** 2).sum(), res.sum(), (res ** 2).sum()]))
+        table = torch.stack(rows)
+        dist.all_reduce(table, group=self.group)
+
+        def ev(n, r, r2, e, e2) -> float:
+            if n < 2:
+                return float("nan")
+            var_r, var_e = (r2 - r * r / n) / (n - 1), (e2 - e * e / n) / (n - 1)
+            return float("nan") if var_r <= 0 else float(1 - var_e / var_r)
+
+        out = {f"{name}/explained_variance": ev(*row.tolist()) for name, row in zip(samples, table)}
+        out["explained_variance"] = ev(*table.sum(0).tolist())
+        return out
+
+    def _mean_over_ranks(self, values: dict[str, torch.Tensor]) -> dict[str, float]:
+        """The all-reduced mean of a dict of scalars, by name (every rank holds the same names)."""
+        names = sorted(values)
+        stacked = torch.stack([torch.as_tensor(values[n], device=self.device).float() for n in names])
+        dist.all_reduce(stacked, group=self.group)
+        return dict(zip(names, (stacked / self.world).tolist()))
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Unsharded CPU weights (a collective: every rank calls it; rank 0 receives them)."""
@@ -212,27 +307,40 @@ class Learner:
         return sd
 
 
-def _scatter(learner: Learner, spec: PolicySpec, per_rank: int, batch: dict | None = None,
-             perm: torch.Tensor | None = None) -> dict:
-    """This rank's `per_rank` samples of one policy: rank 0 passes the shuffled batch, the others
-    receive. Every field of `sample_fields` goes, in the same order on every rank."""
-    shard = {}
-    for name, (shape, dtype) in leaves(sample_fields(spec)):
-        out = torch.empty((per_rank, *shape), dtype=dtype, device=learner.device)
-        if per_rank:
-            chunks = None
-            if batch is not None:
-                source = batch
-                for key in name.split("."):
-                    source = source[key]
-                chunks = [c.to(learner.device).contiguous() for c in source[perm].split(per_rank)]
-            dist.scatter(out, chunks, group=learner.group, group_src=0)
+def _scatter(learner: Learner, spec: PolicySpec, T: int, per_rank: int, traj: dict | None = None) -> dict:
+    """This rank's `per_rank` env slots of one policy's trajectories: rank 0 passes them all
+    ([T, slots, n, ...], `next_value` [slots, n]), the others receive. Every field of
+    `trajectory_fields` goes, in the same order on every rank."""
+    shard: dict = {}
+    n = len(spec.agents)
+    for name, (shape, dtype) in leaves(trajectory_fields(spec)):
+        timed = name != "next_value"
+        lead = (T, per_rank, n) if timed else (per_rank, n)
+        out = torch.empty((*lead, *shape), dtype=dtype, device=learner.device)
+        chunks = None
+        if traj is not None:
+            source = traj
+            for key in name.split("."):
+                source = source[key]
+            chunks = [c.to(learner.device).contiguous() for c in source.split(per_rank, dim=1 if timed else 0)]
+        dist.scatter(out, chunks, group=learner.group, group_src=0)
         node = shard
         *path, last = name.split(".")
         for key in path:
             node = node.setdefault(key, {})
         node[last] = out
     return shard
+
+
+def _pieces(bounds: list[int], rank: int, per_rank: int) -> list[tuple[int, int]]:
+    """The rank's slots [rank * per_rank, (rank + 1) * per_rank) cut at the rollouts' boundaries, local to it."""
+    lo, hi = rank * per_rank, (rank + 1) * per_rank
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        a, b = max(a, lo), min(b, hi)
+        if a < b:
+            out.append((a - lo, b - lo))
+    return out
 
 
 def save(learner: Learner, iteration: int, trainer: dict | None = None) -> Path:
@@ -247,38 +355,44 @@ def save(learner: Learner, iteration: int, trainer: dict | None = None) -> Path:
 
 
 class LearnerGroup:
-    """Rank 0's handle on all learner ranks: splits the batch, sends each rank its shard, gathers weights."""
+    """Rank 0's handle on all learner ranks: sends each rank whole env slots of the trajectories,
+    gathers weights, checkpoints. It computes no targets: every rank computes its own."""
 
     def __init__(self, learner: Learner):
         self.learner = learner
-        self.generator = torch.Generator().manual_seed(learner.cfg.seed)
+        # [command, arg, number of rollouts, their slot boundaries, then each policy's T]: a fixed size every rank knows.
+        self.size = 3 + (learner.cfg.actors + 1) + len(learner.specs)
 
-    def _header(self, command: int, arg: int = 0, lr: float = 0.0, per_rank: list[int] | None = None) -> None:
-        # [command, arg, lr, then each policy's samples per rank]: one broadcast, a fixed size every rank knows.
-        sizes = per_rank or [0] * len(self.learner.specs)
-        header = torch.tensor([command, arg, lr, *sizes], dtype=torch.float64, device=self.learner.device)
-        dist.broadcast(header, group=self.learner.group, group_src=0)
+    def _header(self, command: int, arg: int = 0, bounds: list[int] | None = None, steps: list[int] | None = None) -> None:
+        bounds = bounds or [0]
+        cap = self.learner.cfg.actors + 1
+        values = [command, arg, len(bounds), *bounds, *[0] * (cap - len(bounds)), *(steps or [0] * len(self.learner.specs))]
+        dist.broadcast(torch.tensor(values, dtype=torch.float64, device=self.learner.device), group=self.learner.group,
+                       group_src=0)
 
-    def update(self, batches: dict[str, dict[str, torch.Tensor]], lr: float) -> tuple[dict[str, float], int]:
-        """One PPO update on each policy's batch (flat samples on CPU). Returns the metrics and the samples used.
+    def update(self, trajectories: list[dict[str, dict]], global_step: int) -> tuple[dict[str, float], int]:
+        """One update on the rollouts' trajectories (a dict of policy -> trajectory per rollout, on
+        CPU) at `global_step` (for the learning-rate schedule). Returns the metrics and the samples used.
 
-        Each policy's samples are shuffled, then cut to a multiple of ranks x minibatches (a few at
-        most are dropped when masked steps make the batch size odd), so that every rank does the
-        same number of equal minibatch steps.
+        Each rank gets whole env slots (contiguous blocks, padded with invalid slots to an equal
+        count), time-major, each rollout padded with invalid steps to the longest.
         """
-        L, K = self.learner.world, self.learner.cfg.num_minibatches
-        sizes, perms = [], {}
-        for spec in self.learner.specs:
-            n = batches[spec.name]["values"].shape[0]
-            sizes.append((n // (L * K)) * K)  # 0: too few this time; the policy sits this update out
-            perms[spec.name] = torch.randperm(n, generator=self.generator)[: sizes[-1] * L]
-        if not any(sizes):
-            raise RuntimeError(f"batches of {[b['values'].shape[0] for b in batches.values()]} samples are too small for "
-                               f"{L} learner(s) x {K} minibatches")
-        self._header(_TRAIN, 0, lr, sizes)
-        own = {spec.name: _scatter(self.learner, spec, per_rank, batches[spec.name], perms[spec.name])
-               for spec, per_rank in zip(self.learner.specs, sizes)}
-        return self.learner.update(own, lr), sum(sizes) * L
+        learner = self.learner
+        L = learner.world
+        copies = [trajectories_of["valid"].shape[1] for trajectories_of in (t[learner.specs[0].name] for t in trajectories)]
+        bounds = [0]
+        for c in copies:
+            bounds.append(bounds[-1] + c)
+        per_rank = -(-bounds[-1] // L)
+        steps, packed = [], {}
+        for spec in learner.specs:
+            parts = [t[spec.name] for t in trajectories]
+            T = max(p["valid"].shape[0] for p in parts)
+            steps.append(T)
+            packed[spec.name] = _pack(parts, T, per_rank * L)
+        self._header(_TRAIN, global_step, bounds, steps)
+        own = {spec.name: _scatter(learner, spec, T, per_rank, packed[spec.name]) for spec, T in zip(learner.specs, steps)}
+        return learner.update(own, global_step, _pieces(bounds, 0, per_rank))
 
     def gather(self) -> dict[str, torch.Tensor]:
         self._header(_GATHER)
@@ -287,23 +401,47 @@ class LearnerGroup:
     def save(self, iteration: int, trainer: dict) -> Path:
         """Checkpoint every rank's shard and rank 0's `trainer` state (see marl.checkpoint)."""
         self._header(_SAVE, iteration)
-        trainer = {**trainer, "group_rng": self.generator.get_state()}
         return save(self.learner, iteration, trainer)
-
-    def restore(self, trainer: dict) -> None:
-        """Rank 0's part of a resume that the Learner's own restore does not cover."""
-        self.generator.set_state(trainer["group_rng"])
 
     def stop(self) -> None:
         self._header(_STOP)
 
 
+def _pack(parts: list[dict], T: int, slots: int) -> dict:
+    """Rollouts' trajectories side by side on the slot axis: [T, slots, n, ...], shorter ones and
+    the padding slots filled with invalid steps (zeros; `valid` False)."""
+    out: dict = {}
+    for name, _ in leaves(parts[0]):
+        timed = name != "next_value"
+        tensors = []
+        for p in parts:
+            x = p
+            for key in name.split("."):
+                x = x[key]
+            if timed and x.shape[0] < T:
+                x = torch.cat([x, x.new_zeros((T - x.shape[0], *x.shape[1:]))])
+            tensors.append(x)
+        x = torch.cat(tensors, dim=1 if timed else 0)
+        have = x.shape[1 if timed else 0]
+        if have < slots:
+            pad = list(x.shape)
+            pad[1 if timed else 0] = slots - have
+            x = torch.cat([x, x.new_zeros(pad)], dim=1 if timed else 0)
+        node = out
+        *path, last = name.split(".")
+        for key in path:
+            node = node.setdefault(key, {})
+        node[last] = x
+    return out
+
+
 def follow(learner: Learner) -> None:
     """Learner ranks > 0: do what rank 0's LearnerGroup broadcasts, until it says stop."""
-    header = torch.empty(3 + len(learner.specs), dtype=torch.float64, device=learner.device)
+    cap = learner.cfg.actors + 1
+    header = torch.empty(3 + cap + len(learner.specs), dtype=torch.float64, device=learner.device)
     while True:
         dist.broadcast(header, group=learner.group, group_src=0)
-        command, arg, lr = int(header[0]), int(header[1]), float(header[2])
+        command, arg, nb = int(header[0]), int(header[1]), int(header[2])
         if command == _STOP:
             return
         if command == _GATHER:
@@ -312,9 +450,11 @@ def follow(learner: Learner) -> None:
         if command == _SAVE:
             save(learner, arg)
             continue
-        shards = {spec.name: _scatter(learner, spec, per_rank)
-                  for spec, per_rank in zip(learner.specs, header[3:].long().tolist())}
+        bounds = header[3:3 + nb].long().tolist()
+        steps = header[3 + cap:].long().tolist()
+        per_rank = -(-bounds[-1] // learner.world)
+        own = {spec.name: _scatter(learner, spec, T, per_rank) for spec, T in zip(learner.specs, steps)}
         try:
-            learner.update(shards, lr)
+            learner.update(own, arg, _pieces(bounds, learner.rank, per_rank))
         except NonFiniteError:
             return  # rank 0 met the same global norm and reports it

@@ -37,6 +37,12 @@ def step_fields(spec: PolicySpec) -> dict:
     return fields
 
 
+def trajectory_fields(spec: PolicySpec) -> dict:
+    """What an actor sends for one policy: every step field [T, E, n, ...], the bootstrap value of
+    truncated steps [T, E, n], and `next_value`, V of the observation after the last step [E, n]."""
+    return {**step_fields(spec), "bootstrap_value": SCALAR, "next_value": SCALAR}
+
+
 def sample_fields(spec: PolicySpec) -> dict:
     """Per training sample: the step's fields less the targets' inputs, plus the targets."""
     fields = {k: v for k, v in step_fields(spec).items() if k not in TARGET_INPUTS}
@@ -70,3 +76,37 @@ def cat(trees: list[dict]) -> dict:
     if isinstance(first, dict):
         return {k: cat([t[k] for t in trees]) for k in first}
     return torch.cat(trees)
+
+
+def example_trajectory(spec: PolicySpec, T: int, E: int, generator: torch.Generator) -> dict:
+    """A trajectory of every field of `trajectory_fields`, [T, E, n, ...], each value in its range:
+    random observations (indices below nvec, any byte for uint8), legal actions, every step a
+    valid transition and episodes that end now and then. For tests and benches of the learner."""
+    n = len(spec.agents)
+    kinds = {f"obs.{leaf.name}": leaf for leaf in spec.obs}
+    out: dict = {}
+    for name, (shape, dtype) in leaves(trajectory_fields(spec)):
+        lead = (E, n) if name == "next_value" else (T, E, n)
+        leaf = kinds.get(name)
+        if leaf is not None and leaf.kind in ("discrete", "multidiscrete"):
+            x = torch.stack([torch.randint(0, k, lead, generator=generator) for k in leaf.nvec], -1).reshape(*lead, *shape)
+        elif name == "actions" and spec.action.kind != "gaussian":
+            high = spec.action.nvec if spec.action.nvec else (2,) * max(len(shape), 1)
+            x = torch.stack([torch.randint(0, k, lead, generator=generator) for k in high], -1).reshape(*lead, *shape)
+        elif dtype == torch.bool:
+            x = torch.ones((*lead, *shape), dtype=torch.bool) if name in ("valid", "action_mask") else \
+                torch.rand((*lead, *shape), generator=generator) < (0.05 if name == "terminated" else 0.0)
+        elif dtype == torch.uint8:
+            x = torch.randint(0, 256 if leaf is None or leaf.kind == "box" else 2, (*lead, *shape), generator=generator,
+                              dtype=torch.uint8)
+        elif name == "logprobs":
+            x = -0.69 + 0.05 * torch.randn(lead, generator=generator)
+        else:
+            x = torch.randn((*lead, *shape), generator=generator)
+        node = out
+        *path, last = name.split(".")
+        for key in path:
+            node = node.setdefault(key, {})
+        node[last] = x
+    out["bootstrap_value"] = torch.where(out["truncated"], out["bootstrap_value"], 0.0)
+    return out

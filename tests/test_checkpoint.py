@@ -14,7 +14,7 @@ from marl import checkpoint
 from marl.config import Config
 from marl.learner import Learner, LearnerGroup, follow
 from tests.ranks import run_ranks
-from tests.test_fsdp import make_batch
+from tests.test_fsdp import make_trajectories
 
 CFG = dataclasses.replace(Config(), num_minibatches=2, update_epochs=2, seed=0, hidden_sizes=(16, 16))
 
@@ -25,7 +25,7 @@ def full_state(learner: Learner) -> dict:
                                   options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return {"model": {k: v.clone() for k, v in model.items()},
             "optim": {fqn: {k: v.clone() for k, v in s.items()} for fqn, s in optim.get("state", {}).items()},
-            "rng": learner.generator.get_state()}
+            "rng": learner.generator.get_state(), "cut_rng": learner.cut_generator.get_state()}
 
 
 def _save(rank: int, world: int, run_dir: str, out: str) -> None:
@@ -33,8 +33,8 @@ def _save(rank: int, world: int, run_dir: str, out: str) -> None:
     learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"))
     if rank == 0:
         group = LearnerGroup(learner)
-        group.update(make_batch(), lr=1e-2)  # the optimizer has state worth restoring
-        group.update(make_batch(), lr=1e-2)
+        group.update(make_trajectories(learner.specs), global_step=0)  # the optimizer has state worth restoring
+        group.update(make_trajectories(learner.specs, seed=5), global_step=100)
         group.save(7, {"iteration": 7, "global_step": 123, "version": 2, "recent": torch.tensor([1.0, 2.0])})
         group.stop()
     else:
@@ -69,7 +69,7 @@ def test_restored_model_and_optimizer_equal_the_saved_ones_exactly(saved_by, loa
             assert torch.equal(saved["optim"][fqn][k], loaded["optim"][fqn][k]), (fqn, k)
         assert saved["optim"][fqn]["step"].item() == 2 * CFG.update_epochs * CFG.num_minibatches
     # Rank 0's sampling generator continues where it was (rank 0 exists whatever the count).
-    assert torch.equal(saved["rng"], loaded["rng"])
+    assert torch.equal(saved["rng"], loaded["rng"]) and torch.equal(saved["cut_rng"], loaded["cut_rng"])
     trainer = checkpoint.read_trainer(ckpt)  # weights_only: plain values and tensors only
     assert (trainer["iteration"], trainer["global_step"], trainer["learners"]) == (7, 123, saved_by)
     assert trainer["env"] == "CartPole-v1" and trainer["model_shape"]["network"]["hidden_sizes"] == [16, 16]

@@ -12,19 +12,18 @@ from torch.distributed.fsdp import FSDPModule
 from envs import describe
 from marl.config import Config
 from marl.learner import MIN_BLOCK_PARAMS, Learner, LearnerGroup, follow
+from marl.specs import example_trajectory
 from tests.ranks import run_ranks
 
 CFG = dataclasses.replace(Config(), num_minibatches=1, update_epochs=1, seed=0, hidden_sizes=(16, 16),
                           max_grad_norm=0.05)  # small enough that clipping really acts
 
 
-def make_batch(n: int = 64, policies: tuple[str, ...] = ("shared",)) -> dict[str, dict[str, torch.Tensor]]:
-    """A CartPole-shaped PPO batch for each policy."""
-    g = torch.Generator().manual_seed(123)
-    return {p: {"obs": {"obs": torch.randn(n, 4, generator=g)}, "actions": torch.randint(0, 2, (n,), generator=g),
-                "logprobs": torch.full((n,), -0.69) + 0.05 * torch.randn(n, generator=g),
-                "values": torch.randn(n, generator=g), "advantages": torch.randn(n, generator=g),
-                "returns": torch.randn(n, generator=g)} for p in policies}
+def make_trajectories(specs, T: int = 16, E: int = 4, seed: int = 123) -> list[dict]:
+    """One rollout's trajectories for each policy: T x E slots of every field, all valid (64 samples
+    a policy by default), episodes ending now and then; 2 ranks get E/2 slots each."""
+    g = torch.Generator().manual_seed(seed)
+    return [{s.name: example_trajectory(s, T, E, g) for s in specs}]
 
 
 def _step(rank: int, world: int, precision: str, out: str, min_block_params: int, ac: bool, agents: int) -> None:
@@ -40,7 +39,7 @@ def _step(rank: int, world: int, precision: str, out: str, min_block_params: int
     if rank == 0:
         group = LearnerGroup(learner)
         before = group.gather()
-        metrics, used = group.update(make_batch(policies=tuple(s.name for s in learner.specs)), lr=1e-2)
+        metrics, used = group.update(make_trajectories(learner.specs), global_step=0)
         after = group.gather()
         group.stop()
         torch.save({"before": before, "after": after, "metrics": metrics, "used": used}, out)
@@ -81,7 +80,8 @@ def test_two_ranks_take_the_same_step_as_one(precision, tol, min_block_params, a
 def test_one_rank_step_matches_a_hand_written_step(tmp_path):
     """The learner's update against the same loss and optimizer step written out here."""
     from marl import distributions
-    from marl.algorithms import ppo_loss
+    from marl.algorithms import gae, ppo_loss
+    from marl.trajectory import flatten_valid
     from marl.models import build_model, network_of
     from marl.policies import specs_of
 
@@ -91,8 +91,12 @@ def test_one_rank_step_matches_a_hand_written_step(tmp_path):
     assert spec.action.kind == "categorical" and spec.action.nvec == (2,)
     model = build_model((spec,), network_of(CFG))
     model.load_state_dict(got["before"])
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-5)
-    b = make_batch()["shared"]
+    opt = torch.optim.Adam(model.parameters(), lr=CFG.learning_rate, eps=1e-5)  # global step 0: no annealing yet
+    (traj,) = (t["shared"] for t in make_trajectories((spec,)))
+    adv, ret = gae(traj["rewards"], traj["values"], traj["next_value"], traj["terminated"], traj["truncated"],
+                   traj["bootstrap_value"], CFG.gamma, CFG.gae_lambda)
+    b = flatten_valid(traj, adv, ret)
+    b["advantages"] = (b["advantages"] - b["advantages"].mean()) / (b["advantages"].std() + 1e-8)
     pd, v = model.policies["shared"](b["obs"], None)
     pi = distributions.make(spec.action, pd)
     loss, _ = ppo_loss(pi.log_prob(b["actions"]), b["logprobs"], b["advantages"], v, b["values"],
@@ -114,33 +118,6 @@ def test_activation_checkpointing_changes_memory_not_math(tmp_path):
     assert ac["metrics"]["grad_norm"] == pytest.approx(plain["metrics"]["grad_norm"], rel=1e-6)
 
 
-def random_batch(spec, n: int, seed: int = 7) -> dict:
-    """Samples of every field of `sample_fields(spec)`, in range for each leaf (indices below nvec, any byte)."""
-    from marl.specs import leaves, sample_fields
-
-    g = torch.Generator().manual_seed(seed)
-    kinds = {f"obs.{leaf.name}": leaf for leaf in spec.obs}
-    batch: dict = {}
-    for name, (shape, dtype) in leaves(sample_fields(spec)):
-        leaf = kinds.get(name)
-        if leaf is not None and leaf.kind in ("discrete", "multidiscrete"):
-            x = torch.stack([torch.randint(0, k, (n,), generator=g) for k in leaf.nvec], -1).reshape(n, *shape)
-        elif dtype == torch.uint8:
-            x = torch.randint(0, 256, (n, *shape), generator=g, dtype=torch.uint8)
-        elif name == "actions":
-            x = torch.randint(0, spec.action.nvec[0], (n,), generator=g)
-        elif name == "logprobs":
-            x = torch.full((n,), -1.9) + 0.05 * torch.randn(n, generator=g)
-        else:
-            x = torch.randn((n, *shape), generator=g)
-        node = batch
-        *path, last = name.split(".")
-        for key in path:
-            node = node.setdefault(key, {})
-        node[last] = x
-    return batch
-
-
 def _step_network(rank: int, world: int, cfg: Config, out: str, extra_path: str) -> None:
     import sys
 
@@ -151,7 +128,7 @@ def _step_network(rank: int, world: int, cfg: Config, out: str, extra_path: str)
     if rank == 0:
         group = LearnerGroup(learner)
         before = group.gather()
-        metrics, used = group.update({"shared": random_batch(learner.specs[0], 64)}, lr=1e-2)
+        metrics, used = group.update(make_trajectories(learner.specs, seed=7), global_step=0)
         after = group.gather()
         group.stop()
         torch.save({"before": before, "after": after, "metrics": metrics, "used": used}, out)
@@ -166,13 +143,16 @@ def _readme_module(tmp_path) -> str:
     return str(tmp_path)
 
 
-@pytest.mark.parametrize("network", ["cnn", "readme-custom", "readme-custom-ac"])
+@pytest.mark.parametrize("network", ["cnn", "readme-custom", "readme-custom-ac", "appo", "impala"])
 def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
-    """The small CNN on MiniGrid's uint8 image (its own FSDP unit), and the README's custom module,
-    sharded by FSDP's size-based rule (every submodule with parameters, at a threshold of 0)."""
+    """Trajectories in, weights out, for the small CNN on MiniGrid's uint8 image (its own FSDP unit),
+    the README's custom module (sharded by FSDP's size-based rule: every submodule with parameters,
+    at a threshold of 0), and APPO's and IMPALA's V-trace targets."""
     if network == "cnn":
         pytest.importorskip("minigrid")
         cfg = dataclasses.replace(CFG, env="MiniGrid-Empty-5x5-v0")
+    elif network in ("appo", "impala"):  # V-trace targets from each rank's own forward over its slots
+        cfg = dataclasses.replace(CFG, algo=network)
     else:
         cfg = dataclasses.replace(CFG, model="my_nets:TwoTowers", model_kwargs={"hidden": 16},
                                   activation_checkpointing=network.endswith("-ac"))

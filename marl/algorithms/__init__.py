@@ -1,6 +1,17 @@
-"""Pure tensor functions of RL algorithms: no processes, no RPC, no FSDP."""
+"""Algorithms: pure tensor functions (GAE, V-trace, the losses) and, one module each, the
+algorithms the learner runs through the seam of `marl.algorithms.base`. No processes, RPC or FSDP."""
 
+from marl.algorithms.appo import APPO
 from marl.algorithms.gae import gae
-from marl.algorithms.ppo import ppo_loss
+from marl.algorithms.impala import IMPALA, impala_loss
+from marl.algorithms.ppo import PPO, ppo_loss
+from marl.algorithms.vtrace import vtrace
 
-__all__ = ["gae", "ppo_loss"]
+ALGORITHMS = {"ppo": PPO, "appo": APPO, "impala": IMPALA}
+
+
+def make_algorithm(cfg):
+    return ALGORITHMS[cfg.algo](cfg)
+
+
+__all__ = ["ALGORITHMS", "APPO", "IMPALA", "PPO", "gae", "impala_loss", "make_algorithm", "ppo_loss", "vtrace"]

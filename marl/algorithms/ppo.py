@@ -1,8 +1,10 @@
-"""PPO-clip loss (Schulman et al. 2017, "Proximal Policy Optimization Algorithms")."""
+"""PPO-clip (Schulman et al. 2017, "Proximal Policy Optimization Algorithms") on GAE advantages."""
 
 from __future__ import annotations
 
 import torch
+
+from marl.algorithms.gae import gae
 
 
 def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor,
@@ -36,3 +38,24 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
             "clipfrac": ((ratio - 1).abs() > clip_coef).float().mean(),
         }
     return loss, stats
+
+
+class PPO:
+    """PPO as CleanRL's ppo.py: GAE targets from the behaviour values (Schulman et al. 2016),
+    `update_epochs` passes over shuffled minibatches, the clipped surrogate."""
+
+    name = "ppo"
+    needs_current = False
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.epochs = cfg.update_epochs
+
+    def targets(self, traj: dict, current=None) -> tuple[torch.Tensor, torch.Tensor]:
+        return gae(traj["rewards"], traj["values"], traj["next_value"], traj["terminated"], traj["truncated"],
+                   traj["bootstrap_value"], self.cfg.gamma, self.cfg.gae_lambda)
+
+    def loss(self, new_logp, entropy, new_value, mb):
+        cfg = self.cfg
+        return ppo_loss(new_logp, mb["logprobs"], mb["advantages"], new_value, mb["values"], mb["returns"], entropy,
+                        clip_coef=cfg.clip_coef, clip_vloss=cfg.clip_vloss, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)

@@ -1,0 +1,38 @@
+"""APPO: PPO's clipped surrogate on V-trace advantages and value targets, for asynchronous
+collection (as Sample Factory's and RLlib's APPO): the importance weights correct the policy lag
+of rollouts made by older weights, and the clip keeps each of several epochs close to them."""
+
+from __future__ import annotations
+
+import torch
+
+from marl.algorithms.base import episode_flags
+from marl.algorithms.ppo import ppo_loss
+from marl.algorithms.vtrace import vtrace
+
+
+def vtrace_targets(cfg, traj: dict, current: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pg advantages, v_s) under the learner's weights (`current`: log-probs of the taken actions and
+    values). The bootstrap values past the sequence and at truncations are the actor's."""
+    logp, values = current
+    discounts, next_values, continues = episode_flags(traj, values, cfg.gamma)
+    vs, adv = vtrace(traj["logprobs"], logp, traj["rewards"], values, next_values, discounts, continues,
+                     rho_bar=cfg.vtrace_rho, c_bar=cfg.vtrace_c)
+    return adv, vs
+
+
+class APPO:
+    name = "appo"
+    needs_current = True
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.epochs = cfg.update_epochs
+
+    def targets(self, traj: dict, current) -> tuple[torch.Tensor, torch.Tensor]:
+        return vtrace_targets(self.cfg, traj, current)
+
+    def loss(self, new_logp, entropy, new_value, mb):
+        cfg = self.cfg
+        return ppo_loss(new_logp, mb["logprobs"], mb["advantages"], new_value, mb["values"], mb["returns"], entropy,
+                        clip_coef=cfg.clip_coef, clip_vloss=cfg.clip_vloss, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)

@@ -1,0 +1,49 @@
+"""The seam between the learner and an algorithm.
+
+An algorithm turns a learner rank's share of time-major trajectories into training targets, says
+how many passes it makes over them, and gives the loss of a minibatch. The learner does what is
+the same for all of them: the forward pass, backward, the global-norm clip, the optimizer step,
+FSDP, and the all-reduce of the metrics by name. Nothing here knows of processes, RPC or FSDP.
+
+An algorithm that needs more (a replay buffer, target networks, several optimizers) extends this
+protocol with what it needs; the learner asks for those hooks only where they exist.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class Algorithm(Protocol):
+    name: str
+    epochs: int  # passes over each batch
+    needs_current: bool  # targets read the current network's log-probs and values over the trajectories
+
+    def targets(self, traj: dict, current: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages, value targets), each [T, S, n], for one policy's trajectories [T, S, n, ...].
+        `current` is (log-probs of the taken actions, values) under the learner's weights, where
+        `needs_current`."""
+
+    def loss(self, new_logp: torch.Tensor, entropy: torch.Tensor, new_value: torch.Tensor,
+             mb: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The minibatch's loss to minimise and its detached metrics by name."""
+
+
+def learning_rate(cfg, global_step: int) -> float:
+    """The configured rate, annealed linearly over the step budget down to 0.1% of it (CleanRL's schedule)."""
+    frac = max(1.0 - global_step / cfg.total_steps, 0.0) if cfg.anneal_lr else 1.0
+    return cfg.learning_rate * max(frac, 1e-3)
+
+
+def episode_flags(traj: dict, values: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(discounts, next values, continues) of the V-trace recursion from a trajectory's flags and
+    `values` [T, ...]: gamma unless the episode terminated; V(x_{t+1}) from `values`, or where only
+    the actor saw the next observation (past the last step, and the final observation of a
+    truncation) the actor's value of it; 0 where the episode ended."""
+    done = traj["terminated"] | traj["truncated"]
+    later = torch.cat([values[1:], traj["next_value"].unsqueeze(0)])
+    next_values = torch.where(traj["truncated"], traj["bootstrap_value"], later)
+    discounts = torch.where(traj["terminated"], 0.0, gamma).to(values.dtype)
+    return discounts, next_values, (~done).to(values.dtype)

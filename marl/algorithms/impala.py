@@ -1,0 +1,34 @@
+"""IMPALA's V-trace actor-critic (Espeholt et al. 2018, Sec. 4.2): one pass per batch."""
+
+from __future__ import annotations
+
+import torch
+
+from marl.algorithms.appo import vtrace_targets
+
+
+def impala_loss(new_logprob: torch.Tensor, pg_advantages: torch.Tensor, new_value: torch.Tensor, vs: torch.Tensor,
+                entropy: torch.Tensor, *, vf_coef: float, ent_coef: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """-rho_s log pi(a_s|x_s) (r_s + gamma v_{s+1} - V(x_s)) for the policy (the advantage held
+    fixed), 0.5 (v_s - V(x_s))^2 for the value, minus the entropy bonus; averaged over the batch."""
+    pg_loss = -(pg_advantages.detach() * new_logprob).mean()
+    v_loss = 0.5 * ((vs.detach() - new_value) ** 2).mean()
+    ent = entropy.mean()
+    loss = pg_loss + vf_coef * v_loss - ent_coef * ent
+    return loss, {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach()}
+
+
+class IMPALA:
+    name = "impala"
+    needs_current = True
+    epochs = 1
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def targets(self, traj: dict, current) -> tuple[torch.Tensor, torch.Tensor]:
+        return vtrace_targets(self.cfg, traj, current)
+
+    def loss(self, new_logp, entropy, new_value, mb):
+        return impala_loss(new_logp, mb["advantages"], new_value, mb["returns"], entropy,
+                           vf_coef=self.cfg.vf_coef, ent_coef=self.cfg.ent_coef)
