@@ -1,0 +1,158 @@
+"""Algorithms through the seam: time to 475 on CartPole x 8, a policy-lag stress, and rank 0's batch work.
+
+    python bench/algorithms.py                 # all three, 5 seeds and 3 seeds
+    python bench/algorithms.py --smoke         # tiny, for CI
+
+1. Time to 475 for sync PPO, async PPO, async APPO and async IMPALA, seeds 1..N (train.py as a user
+   runs it; IMPALA with a learning rate and rollouts of its own, one pass per batch).
+2. Policy lag: async with 6 actors and a slowed learner (16 epochs), so that rollouts are made by
+   weights several versions old; mean return of the last 100 episodes at a fixed budget, PPO vs APPO.
+3. Rank 0's work per iteration on the same 2 rollouts of the default config: before (GAE, flattening
+   and normalisation of every sample on rank 0, as the coordinator did before this seam) and after
+   (rank 0 packs the slots and computes targets for its own share: all of them with 1 learner rank,
+   half with 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def train(args: list[str], logdir: str, name: str) -> dict:
+    cmd = [sys.executable, str(ROOT / "train.py"), "--logdir", logdir, "--run-name", name, *args]
+    start = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - start
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-2000:] + p.stderr[-3000:])
+        raise SystemExit(f"train.py {' '.join(args)} failed with exit code {p.returncode}")
+    solved = re.search(r"^solved: .* at step ([\d,]+) ", p.stdout, re.M)
+    mean = re.search(r"mean return (?:of the last 100 episodes: )?(-?[\d.]+)", p.stdout)
+    from tests.conftest import read_scalars
+
+    lag = max(v for _, v in read_scalars(Path(logdir) / name)["perf/policy_lag"])
+    return {"wall": wall, "solved": bool(solved), "steps": int(solved.group(1).replace(",", "")) if solved else None,
+            "mean": float(mean.group(1)) if mean else float("nan"), "lag": lag}
+
+
+VARIANTS = {
+    "sync PPO": ["--algo", "ppo"],
+    "async PPO": ["--algo", "ppo", "--mode", "async"],
+    "async APPO": ["--algo", "appo", "--mode", "async"],
+    "async IMPALA": ["--algo", "impala", "--mode", "async", "--learning-rate", "1e-3", "--num-steps", "16",
+                     "--num-minibatches", "1"],
+}
+
+
+def time_to_solve(seeds: int, budget: int, logdir: str) -> None:
+    print(f"1. CartPole x 8 to 475 (budget {budget:,} agent-steps), seeds 1-{seeds}")
+    for name, extra in VARIANTS.items():
+        runs = [train(["--agents", "8", "--seed", str(s), "--total-steps", str(budget), *extra], logdir,
+                      f"{name.replace(' ', '_')}_{s}") for s in range(1, seeds + 1)]
+        solved = [r for r in runs if r["solved"]]
+        walls = [r["wall"] for r in solved]
+        steps = [r["steps"] for r in solved]
+        text = (f"wall median {statistics.median(walls):.1f}s, agent-steps median {statistics.median(steps):,.0f}"
+                if solved else f"mean return at the budget: median {statistics.median(r['mean'] for r in runs):.1f}")
+        print(f"   {name:13s} solved {len(solved)}/{seeds} | {text} | policy lag max {max(r['lag'] for r in runs):.1f}",
+              flush=True)
+
+
+def lag_stress(seeds: int, budget: int, logdir: str) -> None:
+    print(f"2. policy lag: async, 6 actors, 16 epochs per batch, {budget:,} agent-steps, seeds 1-{seeds}")
+    means = {}
+    for algo in ("ppo", "appo"):
+        runs = [train(["--agents", "8", "--seed", str(s), "--mode", "async", "--actors", "6", "--update-epochs", "16",
+                       "--algo", algo, "--total-steps", str(budget), "--target-return", "1000"], logdir, f"lag_{algo}_{s}")
+                for s in range(1, seeds + 1)]
+        means[algo] = statistics.median(r["mean"] for r in runs)
+        print(f"   {algo.upper():5s} mean return of the last 100: median {means[algo]:.1f} "
+              f"({', '.join(format(r['mean'], '.1f') for r in runs)}) | policy lag max {max(r['lag'] for r in runs):.1f}",
+              flush=True)
+    print(f"   ratio APPO / PPO mean return: {means['appo'] / means['ppo']:.2f}")
+
+
+def batch_path(repeats: int) -> None:
+    import torch
+
+    from envs import describe
+    from marl.actor import RolloutWorker
+    from marl.algorithms import PPO, gae
+    from marl.config import Config
+    from marl.learner import _pack, _pieces
+    from marl.specs import cat, tree_map
+    from marl.trajectory import flatten_valid
+
+    torch.set_num_threads(1)
+    cfg = dataclasses.replace(Config(), agents=8)
+    info = describe(cfg.env, 8)
+    workers = [RolloutWorker(cfg, info, i) for i in range(cfg.actors)]
+    weights = workers[0].policy.state_dict()
+    rollouts = [w.collect(0, weights).trajectories for w in workers]
+
+    def before() -> None:  # the coordinator's build_batch before the seam: every sample on rank 0
+        parts = []
+        for r in rollouts:
+            tr = r["shared"]
+            adv, ret = gae(tr["rewards"], tr["values"], tr["next_value"], tr["terminated"], tr["truncated"],
+                           tr["bootstrap_value"], cfg.gamma, cfg.gae_lambda)
+            parts.append(flatten_valid(tr, adv, ret))
+        batch = cat(parts)
+        a = batch["advantages"]
+        batch["advantages"] = (a - a.mean()) / (a.std() + 1e-8)
+
+    def after(ranks: int) -> None:  # rank 0 now: pack every slot, then the targets of its own share
+        copies = [r["shared"]["valid"].shape[1] for r in rollouts]
+        bounds = [0, *torch.tensor(copies).cumsum(0).tolist()]
+        per_rank = -(-bounds[-1] // ranks)
+        packed = _pack([r["shared"] for r in rollouts], max(r["shared"]["valid"].shape[0] for r in rollouts),
+                       per_rank * ranks)
+        own = tree_map(lambda v: v[:, :per_rank] if v.dim() >= 3 else v[:per_rank], packed)
+        adv, ret = PPO(cfg).targets(own)
+        cat([flatten_valid(tree_map(lambda v: v[:, a:b], own), adv[:, a:b], ret[:, a:b])
+             for a, b in _pieces(bounds, 0, per_rank)])
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return min(times) * 1e3
+
+    old, one, two = best(before), best(lambda: after(1)), best(lambda: after(2))
+    samples = sum(int(r["shared"]["valid"].sum()) for r in rollouts)
+    print(f"3. rank 0's batch work per iteration, default config ({samples:,} samples), best of {repeats}")
+    print(f"   before (all targets on rank 0)   {old:6.2f} ms")
+    print(f"   after, 1 learner rank             {one:6.2f} ms   ratio after / before: {one / old:.2f}")
+    print(f"   after, 2 learner ranks (rank 0)   {two:6.2f} ms   ratio after / before: {two / old:.2f}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--lag-seeds", type=int, default=3)
+    p.add_argument("--smoke", action="store_true", help="tiny budgets, one seed: that every part runs")
+    args = p.parse_args()
+    budget, lag_budget, repeats = (3_000, 3_000, 3) if args.smoke else (500_000, 300_000, 50)
+    seeds, lag_seeds = (1, 1) if args.smoke else (args.seeds, args.lag_seeds)
+    with tempfile.TemporaryDirectory() as logdir:
+        time_to_solve(seeds, budget, logdir)
+        lag_stress(lag_seeds, lag_budget, logdir)
+    batch_path(repeats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
