@@ -24,7 +24,7 @@ from marl.config import Config
 from marl.errors import NonFiniteError
 from marl.models import PolicySet, build_model, network_of
 from marl.policies import PolicySpec, specs_of
-from marl.specs import cat, leaves, trajectory_fields, tree_map
+from marl.specs import cat, get, leaves, put, trajectory_fields, tree_map
 from marl.trajectory import flatten_valid
 
 _STOP, _TRAIN, _GATHER, _SAVE = 0, 1, 2, 3
@@ -228,8 +228,8 @@ class Learner:
     def _current(self, trajs: dict[str, dict]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """The learner's log-probs of the taken actions and its values over whole trajectories (V-trace's
         target policy), in one forward of every policy (FSDP's collectives run in the root's forward)."""
-        flat = {name: tree_map(lambda v: v.reshape(-1, *v.shape[3:]), {k: t[k] for k in ("obs", "actions")
-                               if k in t} | {k: t[k] for k in ("state", "action_mask") if k in t})
+        flat = {name: tree_map(lambda v: v.reshape(-1, *v.shape[3:]),
+                               {k: t[k] for k in ("obs", "actions", "state", "action_mask") if k in t})
                 for name, t in trajs.items()}
         with torch.no_grad():
             out = self.model({name: (f["obs"], f.get("state")) for name, f in flat.items()})
@@ -319,16 +319,9 @@ def _scatter(learner: Learner, spec: PolicySpec, T: int, per_rank: int, traj: di
         out = torch.empty((*lead, *shape), dtype=dtype, device=learner.device)
         chunks = None
         if traj is not None:
-            source = traj
-            for key in name.split("."):
-                source = source[key]
-            chunks = [c.to(learner.device).contiguous() for c in source.split(per_rank, dim=1 if timed else 0)]
+            chunks = [c.to(learner.device).contiguous() for c in get(traj, name).split(per_rank, dim=1 if timed else 0)]
         dist.scatter(out, chunks, group=learner.group, group_src=0)
-        node = shard
-        *path, last = name.split(".")
-        for key in path:
-            node = node.setdefault(key, {})
-        node[last] = out
+        put(shard, name, out)
     return shard
 
 
@@ -415,9 +408,7 @@ def _pack(parts: list[dict], T: int, slots: int) -> dict:
         timed = name != "next_value"
         tensors = []
         for p in parts:
-            x = p
-            for key in name.split("."):
-                x = x[key]
+            x = get(p, name)
             if timed and x.shape[0] < T:
                 x = torch.cat([x, x.new_zeros((T - x.shape[0], *x.shape[1:]))])
             tensors.append(x)
@@ -427,11 +418,7 @@ def _pack(parts: list[dict], T: int, slots: int) -> dict:
             pad = list(x.shape)
             pad[1 if timed else 0] = slots - have
             x = torch.cat([x, x.new_zeros(pad)], dim=1 if timed else 0)
-        node = out
-        *path, last = name.split(".")
-        for key in path:
-            node = node.setdefault(key, {})
-        node[last] = x
+        put(out, name, x)
     return out
 
 

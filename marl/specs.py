@@ -65,6 +65,21 @@ def leaves(tree, prefix: str = ""):
         yield prefix[:-1], tree
 
 
+def get(tree: dict, name: str):
+    """The leaf at a dotted name ("obs.image")."""
+    for key in name.split("."):
+        tree = tree[key]
+    return tree
+
+
+def put(tree: dict, name: str, value) -> None:
+    """Set the leaf at a dotted name, making the dicts on the way."""
+    *path, last = name.split(".")
+    for key in path:
+        tree = tree.setdefault(key, {})
+    tree[last] = value
+
+
 def allocate(fields: dict, lead: tuple[int, ...], device: torch.device | str = "cpu") -> dict:
     """Empty tensors [*lead, *shape] for every field."""
     return tree_map(lambda f: torch.empty((*lead, *f[0]), dtype=f[1], device=device), fields)
@@ -103,10 +118,6 @@ def example_trajectory(spec: PolicySpec, T: int, E: int, generator: torch.Genera
             x = -0.69 + 0.05 * torch.randn(lead, generator=generator)
         else:
             x = torch.randn((*lead, *shape), generator=generator)
-        node = out
-        *path, last = name.split(".")
-        for key in path:
-            node = node.setdefault(key, {})
-        node[last] = x
+        put(out, name, x)
     out["bootstrap_value"] = torch.where(out["truncated"], out["bootstrap_value"], 0.0)
     return out
