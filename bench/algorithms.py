@@ -6,7 +6,8 @@
 1. Time to 475 for sync PPO, async PPO, async APPO and async IMPALA, seeds 1..N (train.py as a user
    runs it; IMPALA with a learning rate and rollouts of its own, one pass per batch).
 2. Policy lag: async with 6 actors and a slowed learner (16 epochs), so that rollouts are made by
-   weights several versions old; mean return of the last 100 episodes at a fixed budget, PPO vs APPO.
+   weights several versions old (`--async-ahead` 1, the default, then 4 rollouts waiting per actor);
+   mean return of the last 100 episodes at a fixed budget, PPO vs APPO.
 3. Rank 0's work per iteration on the same 2 rollouts of the default config: before (GAE, flattening
    and normalisation of every sample on rank 0, as the coordinator did before this seam) and after
    (rank 0 packs the slots and computes targets for its own share: all of them with 1 learner rank,
@@ -71,16 +72,17 @@ def time_to_solve(seeds: int, budget: int, logdir: str) -> None:
 
 def lag_stress(seeds: int, budget: int, logdir: str) -> None:
     print(f"2. policy lag: async, 6 actors, 16 epochs per batch, {budget:,} agent-steps, seeds 1-{seeds}")
-    means = {}
-    for algo in ("ppo", "appo"):
-        runs = [train(["--agents", "8", "--seed", str(s), "--mode", "async", "--actors", "6", "--update-epochs", "16",
-                       "--algo", algo, "--total-steps", str(budget), "--target-return", "1000"], logdir, f"lag_{algo}_{s}")
-                for s in range(1, seeds + 1)]
-        means[algo] = statistics.median(r["mean"] for r in runs)
-        print(f"   {algo.upper():5s} mean return of the last 100: median {means[algo]:.1f} "
-              f"({', '.join(format(r['mean'], '.1f') for r in runs)}) | policy lag max {max(r['lag'] for r in runs):.1f}",
-              flush=True)
-    print(f"   ratio APPO / PPO mean return: {means['appo'] / means['ppo']:.2f}")
+    for ahead in (1, 4):
+        means = {}
+        for algo in ("ppo", "appo"):
+            runs = [train(["--agents", "8", "--seed", str(s), "--mode", "async", "--actors", "6", "--update-epochs", "16",
+                           "--async-ahead", str(ahead), "--algo", algo, "--total-steps", str(budget),
+                           "--target-return", "1000"], logdir, f"lag_{ahead}_{algo}_{s}") for s in range(1, seeds + 1)]
+            means[algo] = statistics.median(r["mean"] for r in runs)
+            print(f"   --async-ahead {ahead} {algo.upper():5s} mean return of the last 100: median {means[algo]:.1f} "
+                  f"({', '.join(format(r['mean'], '.1f') for r in runs)}) | policy lag max {max(r['lag'] for r in runs):.1f}",
+                  flush=True)
+        print(f"   --async-ahead {ahead}: ratio APPO / PPO mean return: {means['appo'] / means['ppo']:.2f}")
 
 
 def batch_path(repeats: int) -> None:
@@ -144,13 +146,18 @@ def main() -> int:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--lag-seeds", type=int, default=3)
     p.add_argument("--smoke", action="store_true", help="tiny budgets, one seed: that every part runs")
+    p.add_argument("--parts", default="solve,lag,batch", help="which of the three parts to run")
     args = p.parse_args()
     budget, lag_budget, repeats = (3_000, 3_000, 3) if args.smoke else (500_000, 300_000, 50)
     seeds, lag_seeds = (1, 1) if args.smoke else (args.seeds, args.lag_seeds)
+    parts = args.parts.split(",")
     with tempfile.TemporaryDirectory() as logdir:
-        time_to_solve(seeds, budget, logdir)
-        lag_stress(lag_seeds, lag_budget, logdir)
-    batch_path(repeats)
+        if "solve" in parts:
+            time_to_solve(seeds, budget, logdir)
+        if "lag" in parts:
+            lag_stress(lag_seeds, lag_budget, logdir)
+    if "batch" in parts:
+        batch_path(repeats)
     return 0
 
 

@@ -46,6 +46,7 @@ class Config:
     learners: int = _f(0, "learner ranks (FSDP2); 0 = one per visible GPU, or 1 without GPUs")
     # --- collection
     mode: str = _f("sync", "`sync`: collect, then learn, then publish; `async`: actors keep collecting with the newest weights they have while the learner trains (PPO's ratio against the behaviour policy corrects the lag)", choices=("sync", "async"))
+    async_ahead: int = _f(1, "--mode async: finished rollouts an actor may have waiting for the learner before it pauses; more keeps actors busy and makes the policy lag larger")
     rollout: str = _f("steps", "unit of one actor request: `steps` (num-steps per env copy, episodes continue) or `episodes`", choices=("steps", "episodes"))
     num_steps: int = _f(64, "environment steps per actor request (rollout=steps)")
     episodes_per_request: int = _f(1, "whole episodes per agent per actor request (rollout=episodes)")
@@ -250,7 +251,7 @@ def validate(cfg: Config, *, gpus: int) -> Config:
         raise UsageError(f"--seed must be at least 0 (Gymnasium's seeds are unsigned), got {cfg.seed}")
     if cfg.agents < 0:
         raise UsageError(f"--agents must be at least 1 (or 0 for the env's own count), got {cfg.agents}")
-    for name in ("actors", "envs_per_actor", "num_steps", "episodes_per_request",
+    for name in ("actors", "envs_per_actor", "num_steps", "episodes_per_request", "async_ahead",
                  "total_steps", "num_minibatches", "update_epochs"):
         v = getattr(cfg, name)
         if v < 1:

@@ -93,17 +93,17 @@ class ActorPool:
 class RolloutStream:
     """Asynchronous collection: actors keep collecting while the learner trains.
 
-    Each actor has at most one request in flight and one finished rollout waiting for the learner:
-    as soon as a rollout arrives and the actor has nothing else waiting, the actor is asked for the
-    next one (from the RPC callback thread, with the newest weights published so far, sent only if
-    it lacks them). The bound keeps policy lag at a version or two; without it, actors outrun the
-    learner and the queue fills with ever staler data.
+    Each actor has at most one request in flight and `--async-ahead` (default 1) finished rollouts
+    waiting for the learner: as soon as a rollout arrives and the actor has no more than that
+    waiting, the actor is asked for the next one (from the RPC callback thread, with the newest
+    weights published so far, sent only if it lacks them). The bound keeps policy lag at a version
+    or two by default; without it, actors outrun the learner and the queue fills with ever staler
+    data (raise it to study what V-trace corrects).
     """
-
-    AHEAD = 1  # finished rollouts an actor may have waiting before it pauses
 
     def __init__(self, pool: ActorPool, version: int, weights: dict[str, torch.Tensor]):
         self.pool, self.latest = pool, (version, weights)
+        self.ahead = pool.cfg.async_ahead
         self.arrived: queue.Queue = queue.Queue()
         self.lock = threading.RLock()  # a callback may run inline in the thread that holds it
         n = len(pool.actors)
@@ -136,7 +136,7 @@ class RolloutStream:
             self.in_flight[i] = False
             self.waiting[i] += 1
             self.arrived.put((i, future))
-            if ok and not self.stopping and self.waiting[i] <= self.AHEAD:
+            if ok and not self.stopping and self.waiting[i] <= self.ahead:
                 self._request(i)
 
     def next(self) -> Rollout:

@@ -181,12 +181,9 @@ class Learner:
         totals: dict[str, torch.Tensor] = {}
         count = 0
         for epoch in range(algo.epochs):
-            perms = {name: torch.randperm(d["values"].shape[0], generator=self.generator).to(self.device)
-                     for name, d in data.items()}
             epoch_kl = torch.zeros((), device=self.device)
-            for k in range(K):
-                mb = {name: tree_map(lambda v: v[perms[name][k * (sizes[name] // K):(k + 1) * (sizes[name] // K)]], d)
-                      for name, d in data.items()}
+            for k, idx in enumerate(algo.minibatches({name: sizes[name] for name in data}, K, self.generator)):
+                mb = {name: tree_map(lambda v: v[idx[name].to(self.device)], d) for name, d in data.items()}
                 out = self.model({name: (m["obs"], m.get("state")) for name, m in mb.items()})
                 loss, step = 0.0, {}
                 for spec in specs:

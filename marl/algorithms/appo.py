@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from marl.algorithms.base import episode_flags
+from marl.algorithms.base import episode_flags, sample_minibatches
 from marl.algorithms.ppo import ppo_loss
 from marl.algorithms.vtrace import vtrace
 
@@ -24,6 +24,7 @@ def vtrace_targets(cfg, traj: dict, current: tuple[torch.Tensor, torch.Tensor]) 
 class APPO:
     name = "appo"
     needs_current = True
+    minibatches = staticmethod(sample_minibatches)
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -26,9 +26,19 @@ class Algorithm(Protocol):
         `current` is (log-probs of the taken actions, values) under the learner's weights, where
         `needs_current`."""
 
+    def minibatches(self, sizes: dict[str, int], k: int, generator: torch.Generator) -> list[dict[str, torch.Tensor]]:
+        """One pass: for each of `k` minibatches, the sample indices of each policy (`sizes`: samples
+        per policy, a multiple of k). Whole sequences for recurrent networks would be chosen here."""
+
     def loss(self, new_logp: torch.Tensor, entropy: torch.Tensor, new_value: torch.Tensor,
              mb: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The minibatch's loss to minimise and its detached metrics by name."""
+
+
+def sample_minibatches(sizes: dict[str, int], k: int, generator: torch.Generator) -> list[dict[str, torch.Tensor]]:
+    """Every policy's samples shuffled and cut into `k` equal minibatches (CleanRL's ppo.py)."""
+    perms = {name: torch.randperm(n, generator=generator) for name, n in sizes.items()}
+    return [{name: p[i * (sizes[name] // k):(i + 1) * (sizes[name] // k)] for name, p in perms.items()} for i in range(k)]
 
 
 def learning_rate(cfg, global_step: int) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from marl.algorithms.appo import vtrace_targets
+from marl.algorithms.base import sample_minibatches
 
 
 def impala_loss(new_logprob: torch.Tensor, pg_advantages: torch.Tensor, new_value: torch.Tensor, vs: torch.Tensor,
@@ -21,6 +22,7 @@ def impala_loss(new_logprob: torch.Tensor, pg_advantages: torch.Tensor, new_valu
 class IMPALA:
     name = "impala"
     needs_current = True
+    minibatches = staticmethod(sample_minibatches)
     epochs = 1
 
     def __init__(self, cfg):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from marl.algorithms.base import sample_minibatches
+
 from marl.algorithms.gae import gae
 
 
@@ -46,6 +48,7 @@ class PPO:
 
     name = "ppo"
     needs_current = False
+    minibatches = staticmethod(sample_minibatches)
 
     def __init__(self, cfg):
         self.cfg = cfg
