@@ -108,3 +108,44 @@ def test_on_policy_vtrace_is_the_n_step_return():
                    torch.full((T,), gamma, **f64), torch.ones(T, **f64))
     want = [sum(gamma ** (k - s) * rewards[k].item() for k in range(s, T)) + gamma ** (T - s) * 2.0 for s in range(T)]
     np.testing.assert_allclose(vs.numpy(), want, rtol=1e-12)
+
+
+def _trajectory(T: int = 12, E: int = 5, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    terminated = torch.rand(T, E, generator=g) < 0.15
+    truncated = (torch.rand(T, E, generator=g) < 0.15) & ~terminated
+    return {"rewards": torch.randn(T, E, generator=g, dtype=torch.float64),
+            "values": torch.randn(T, E, generator=g, dtype=torch.float64),
+            "next_value": torch.randn(E, generator=g, dtype=torch.float64),
+            "bootstrap_value": torch.where(truncated, torch.randn(T, E, generator=g, dtype=torch.float64), 0.0),
+            "terminated": terminated, "truncated": truncated,
+            "logprobs": torch.randn(T, E, generator=g, dtype=torch.float64)}
+
+
+def test_on_policy_vtrace_targets_are_gae_with_lambda_1():
+    """With the learner's policy and values equal to the actor's, V-trace's value targets are the
+    lambda = 1 returns and its advantages GAE(lambda = 1)'s: truncations bootstrap, terminations do not."""
+    import dataclasses
+
+    from marl.algorithms import gae
+    from marl.algorithms.appo import vtrace_targets
+    from marl.config import Config
+
+    cfg = dataclasses.replace(Config(), gamma=0.97)
+    tr = _trajectory()
+    adv, vs = vtrace_targets(cfg, tr, (tr["logprobs"], tr["values"]))
+    want_adv, want_ret = gae(tr["rewards"], tr["values"], tr["next_value"], tr["terminated"], tr["truncated"],
+                             tr["bootstrap_value"], cfg.gamma, 1.0)
+    torch.testing.assert_close(vs, want_ret, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(adv, want_adv, rtol=1e-12, atol=1e-12)
+
+
+def test_impala_loss_is_the_per_sample_average_of_eq_4_2():
+    from marl.algorithms import impala_loss
+
+    g = torch.Generator().manual_seed(3)
+    logp, adv, v, vs, ent = (torch.randn(7, generator=g, dtype=torch.float64) for _ in range(5))
+    loss, stats = impala_loss(logp, adv, v, vs, ent, vf_coef=0.5, ent_coef=0.01)
+    want = sum(-adv[i] * logp[i] + 0.5 * 0.5 * (vs[i] - v[i]) ** 2 - 0.01 * ent[i] for i in range(7)) / 7
+    assert loss.item() == pytest.approx(want.item(), rel=1e-12)
+    assert stats["policy_loss"].item() == pytest.approx((-(adv * logp)).mean().item(), rel=1e-12)

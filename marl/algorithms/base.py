@@ -55,5 +55,5 @@ def episode_flags(traj: dict, values: torch.Tensor, gamma: float) -> tuple[torch
     done = traj["terminated"] | traj["truncated"]
     later = torch.cat([values[1:], traj["next_value"].unsqueeze(0)])
     next_values = torch.where(traj["truncated"], traj["bootstrap_value"], later)
-    discounts = torch.where(traj["terminated"], 0.0, gamma).to(values.dtype)
+    discounts = torch.full_like(values, gamma).masked_fill(traj["terminated"], 0.0)
     return discounts, next_values, (~done).to(values.dtype)
