@@ -98,6 +98,10 @@ class Config:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+# --help's sections: each starts at the named field and runs to the next (the order of the fields above).
+SECTIONS = {"env": "environment", "policies": "policies", "actors": "processes", "mode": "collection",
+            "total_steps": "budget and stopping", "algo": "algorithm", "learning_rate": "optimisation (CleanRL's PPO names)",
+            "encoder": "network", "seed": "bookkeeping"}
 _HINTS = typing.get_type_hints(Config)
 
 
@@ -205,21 +209,24 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="train.py", description=(
-        "Train agents with PPO: RPC actors collect, an FSDP2 learner group learns. "
+        "Train agents with PPO, APPO or IMPALA: RPC actors collect, an FSDP2 learner group learns. "
         "Every flag is a field of marl.config.Config and can also be set in a --config TOML file."))
     p.add_argument("--config", default=argparse.SUPPRESS,
                    help="TOML file of field = value pairs (see configs/); flags given here override it")
+    group = p
     for f in dataclasses.fields(Config):
+        if f.name in SECTIONS:
+            group = p.add_argument_group(SECTIONS[f.name])
         kind = _base_type(f.name)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         default = ",".join(map(str, default)) if kind is tuple else json.dumps(default) if isinstance(default, dict) else default
         kw = dict(default=argparse.SUPPRESS, help=f"{f.metadata['help']} (default: {default})".replace("%", "%%"))
         flag = "--" + f.name.replace("_", "-")
         if kind is bool:
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
         else:
             metavar = ("A,B" if f.metadata.get("items") is str else "N,N") if kind is tuple else "JSON" if kind is dict else kind.__name__.upper()
-            p.add_argument(flag, metavar=metavar, choices=f.metadata.get("choices"), **kw)
+            group.add_argument(flag, metavar=metavar, choices=f.metadata.get("choices"), **kw)
     return p
 
 

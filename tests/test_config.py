@@ -99,3 +99,12 @@ def test_mappings_come_from_json_flags_or_toml_tables_and_round_trip(tmp_path):
     cfg = parse_args(["--config", str(path)])
     assert cfg.policies == "per-agent" and cfg.env_kwargs == {"N": 3}
     assert Config().env_kwargs == {} and Config().env_kwargs is not Config().env_kwargs
+
+
+def test_help_is_grouped_by_section():
+    from marl.config import SECTIONS, build_parser
+
+    text = build_parser().format_help()
+    positions = [text.index(f"\n{title}:\n") for title in SECTIONS.values()]
+    assert positions == sorted(positions)  # every section, in the order of the fields
+    assert text.index("--algo") > text.index("\nalgorithm:\n") > text.index("--total-steps")
