@@ -107,4 +107,4 @@ def test_help_is_grouped_by_section():
     text = build_parser().format_help()
     positions = [text.index(f"\n{title}:\n") for title in SECTIONS.values()]
     assert positions == sorted(positions)  # every section, in the order of the fields
-    assert text.index("--algo") > text.index("\nalgorithm:\n") > text.index("--total-steps")
+    assert text.index("\n  --algo ") > text.index("\nalgorithm:\n") > text.index("\n  --total-steps ")
