@@ -22,6 +22,21 @@ class SpaceError(ValueError):
     """A space no encoder or head supports; the message is one line naming what is supported."""
 
 
+def image_layout(shape: tuple[int, ...]) -> tuple[bool, tuple[int, int, int]]:
+    """(channels_last, (C, H, W)) of an image-shaped box: two equal axes are the spatial ones
+    (84x84x4, 4x84x84, chess's 8x8x111); else HWC when the last axis is the smallest (MiniGrid's
+    7x7x3 also has equal sides), CHW otherwise; an H x W image has one channel."""
+    if len(shape) == 2:
+        return False, (1, *shape)
+    if shape[0] == shape[1] != shape[2]:
+        return True, (shape[2], shape[0], shape[1])
+    if shape[1] == shape[2] != shape[0]:
+        return False, tuple(shape)
+    if shape[-1] < shape[0]:
+        return True, (shape[2], shape[0], shape[1])
+    return False, tuple(shape)
+
+
 @dataclass(frozen=True)
 class Leaf:
     """One tensor of an observation, per agent-step.
@@ -44,7 +59,7 @@ class Leaf:
         if self.kind != "box":
             return False
         if len(self.shape) == 3:
-            return min(self.shape[:2] if self.shape[-1] < self.shape[0] else self.shape[1:]) >= 4
+            return min(image_layout(self.shape)[1][1:]) >= 4
         return len(self.shape) == 2 and self.dtype == "uint8" and min(self.shape) >= 4
 
     @property
@@ -180,7 +195,7 @@ def action_spec(where: str, space: gym.Space) -> ActionSpec:
         start = tuple(int(s) for s in np.asarray(space.start).reshape(-1))
         return ActionSpec("multicategorical", (len(nvec),), tuple(space.shape), nvec, start)
     if isinstance(space, gym.spaces.MultiBinary):
-        return ActionSpec("bernoulli", (int(np.prod(space.shape)),), tuple(np.atleast_1d(space.shape)))
+        return ActionSpec("bernoulli", (int(np.prod(space.shape)),), tuple(int(d) for d in np.atleast_1d(space.shape)))
     if isinstance(space, gym.spaces.Box):
         n = int(np.prod(space.shape))
         return ActionSpec("gaussian", (n,), tuple(space.shape), low=tuple(float(x) for x in space.low.reshape(-1)),

@@ -166,8 +166,11 @@ def check_compatible(checkpoint: Path, cfg: Config, info) -> None:
     from marl.policies import specs_of
 
     want = model_shape(specs_of(cfg, info), network_of(cfg))
-    if trainer["model_shape"] != want:
-        diff = _first_difference(trainer["model_shape"], want)
+    if "network" not in trainer["model_shape"]:
+        raise CheckpointError(f"--resume {checkpoint}: written by an older marl (before observation leaves and the "
+                              f"network description were saved); start a new run")
+    diff = _first_difference(trainer["model_shape"], want)
+    if diff is not None:
         raise CheckpointError(f"--resume {checkpoint}: the checkpoint's network differs ({diff}); resume with the same "
                          f"--agents, --model, --encoder, --hidden-sizes, --obs-keys, --policies, --agent-id-input and --critic, "
                          f"or start a new run")
@@ -175,6 +178,8 @@ def check_compatible(checkpoint: Path, cfg: Config, info) -> None:
 
 def _first_difference(saved, now, path: str = "") -> str | None:
     """Where two nested dicts first differ, as `path: saved (now ...)`."""
+    if isinstance(saved, (list, tuple)) and isinstance(now, (list, tuple)):
+        saved, now = list(saved), list(now)  # plain data may come back as either
     if isinstance(saved, dict) and isinstance(now, dict):
         for key in {**saved, **now}:
             found = _first_difference(saved.get(key), now.get(key), f"{path}.{key}" if path else str(key))

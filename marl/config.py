@@ -306,6 +306,11 @@ def validate(cfg: Config, *, gpus: int) -> Config:
 def check_batch(cfg: Config, learners: int) -> None:
     """The batch must split into minibatches on every learner rank; needs the number of agents
     (`train.py` calls it again once the env has said how many it has)."""
+    slots = cfg.actors * cfg.envs_per_actor
+    if slots % learners:
+        # Each learner rank computes the targets of whole env slots (an env copy's time-major steps).
+        raise UsageError(f"--actors x --envs-per-actor = {slots} env copies do not split evenly over {learners} learner(s): "
+                         f"each learner rank takes whole env copies; make it a multiple of {learners}")
     # With several policies each one's samples are split on their own; the smallest may have one agent.
     agents = cfg.agents if cfg.policies == "shared" else 1
     slots = cfg.envs_per_actor * agents * cfg.actors

@@ -11,7 +11,7 @@ import torch
 
 from envs import EnvInfo
 from marl.config import Config
-from marl.models import PolicySet, build_model, network_of
+from marl.models import ModelError, PolicySet, build_model, network_of
 from marl.policies import PolicySpec
 
 
@@ -39,6 +39,9 @@ def load_policy(path: Path) -> tuple[PolicySet, tuple[PolicySpec, ...], dict]:
     """The exported networks, ready to act, their specs, and the payload's metadata. A custom
     network whose module no longer imports raises marl.models.ModelError (one line)."""
     payload = torch.load(path, weights_only=True)
+    if "network" not in payload:
+        raise ModelError(f"{path} was written by an older marl (before observation leaves and the network description "
+                         f"were saved); train it again")
     specs = tuple(PolicySpec.from_dict(p) for p in payload["policies"])
     model = build_model(specs, payload["network"])
     model.load_state_dict(payload["state_dict"])

@@ -8,6 +8,7 @@ dict of tensors, one per leaf: a nested tensor dict, walked by the helpers below
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -106,7 +107,7 @@ def example_trajectory(spec: PolicySpec, T: int, E: int, generator: torch.Genera
         if leaf is not None and leaf.kind in ("discrete", "multidiscrete"):
             x = torch.stack([torch.randint(0, k, lead, generator=generator) for k in leaf.nvec], -1).reshape(*lead, *shape)
         elif name == "actions" and spec.action.kind != "gaussian":
-            high = spec.action.nvec if spec.action.nvec else (2,) * max(len(shape), 1)
+            high = spec.action.nvec if spec.action.nvec else (2,) * math.prod(shape)
             x = torch.stack([torch.randint(0, k, lead, generator=generator) for k in high], -1).reshape(*lead, *shape)
         elif dtype == torch.bool:
             x = torch.ones((*lead, *shape), dtype=torch.bool) if name in ("valid", "action_mask") else \

@@ -1,4 +1,6 @@
 import pytest
+import dataclasses
+
 
 from marl.config import Config, UsageError, load_toml, parse_args, to_toml, validate
 
@@ -108,3 +110,10 @@ def test_help_is_grouped_by_section():
     positions = [text.index(f"\n{title}:\n") for title in SECTIONS.values()]
     assert positions == sorted(positions)  # every section, in the order of the fields
     assert text.index("\n  --algo ") > text.index("\nalgorithm:\n") > text.index("\n  --total-steps ")
+
+
+def test_env_copies_must_split_over_the_learner_ranks():
+    from marl.config import UsageError, check_batch
+
+    with pytest.raises(UsageError, match="3 env copies do not split evenly over 2 learner"):
+        check_batch(dataclasses.replace(Config(), agents=8, actors=3, envs_per_actor=1, num_steps=64), 2)

@@ -145,3 +145,12 @@ def test_small_cnn_fits_small_images():
     for side in (4, 5, 7, 11, 35):
         cnn = CNN(Leaf("obs", (), "box", (side, side, 3), "uint8"))
         assert cnn(torch.zeros(1, side, side, 3, dtype=torch.uint8)).shape == (1, 128)
+
+
+def test_image_layout_takes_two_equal_axes_as_the_spatial_ones():
+    from envs.spaces import image_layout
+
+    assert image_layout((8, 8, 111)) == (True, (111, 8, 8))  # chess's planes, channels last
+    assert image_layout((4, 84, 84)) == (False, (4, 84, 84))
+    assert image_layout((7, 7, 3)) == (True, (3, 7, 7))
+    assert image_layout((210, 160, 3)) == (True, (3, 210, 160))

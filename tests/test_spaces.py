@@ -126,3 +126,18 @@ def test_ids_that_register_on_import_work_by_their_plain_id():
     pytest.importorskip("minigrid")
     info = describe("MiniGrid-Empty-5x5-v0", 1)
     assert info.dropped == ("mission",) and [l.name for l in info.spec.obs] == ["direction", "image"]
+
+
+def test_every_kind_of_spec_survives_a_weights_only_round_trip(tmp_path):
+    """Specs land in trainer.pt and policy.pt: plain values only (a numpy integer would make them unreadable)."""
+    obs = gym.spaces.Dict({"img": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8), "d": gym.spaces.Discrete(3, start=1),
+                           "m": gym.spaces.MultiDiscrete([[2, 3], [4, 5]]), "b": gym.spaces.MultiBinary([2, 3])})
+    actions = [gym.spaces.Discrete(4), gym.spaces.MultiDiscrete([[2, 3], [4, 5]]), gym.spaces.MultiBinary([2, 3]),
+               gym.spaces.Box(-1, 1, (2, 2))]
+    for act in actions:
+        spec = agent_spec("x", obs, act)
+        torch.save({"obs": [dataclasses.asdict(l) for l in spec.obs], "action": dataclasses.asdict(spec.action)},
+                   tmp_path / "s.pt")
+        back = torch.load(tmp_path / "s.pt", weights_only=True)
+        assert tuple(Leaf(**d) for d in back["obs"]) == spec.obs
+        assert type(spec.action)(**back["action"]) == spec.action

@@ -120,3 +120,17 @@ def test_the_reported_pong_crash_is_gone(train):
     r = train("--env", "ale_py:ALE/Pong-v5", "--agents", "1", "--envs-per-actor", "2", "--num-steps", "16",
               "--total-steps", "64", "--hidden-sizes", "32")
     assert r.returncode == 0 and "failed and is dropped" not in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("env, kwargs", [("MiniGrid-Empty-5x5-v0", "{}"), ("FrozenLake-v1", "{}"),
+                                         ("envs.targets:MatchBits-v0", "{}")], ids=["cnn", "one-hot", "multibinary"])
+def test_bf16_learners_take_every_observation_and_the_run_evaluates_and_resumes(train, env, kwargs):
+    """FSDP casts only float inputs to bf16: features the model makes itself (scaled bytes, one-hots)
+    must follow the weights' dtype. The specs saved with the run are plain data (MultiBinary's shape)."""
+    r = train("--env", env, "--env-kwargs", kwargs, "--precision", "bf16", "--total-steps", "3000", "--run-name", "bf")
+    assert r.returncode == 0, r.stderr[-3000:]
+    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "bf"), "--episodes", "1"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert e.returncode == 0 and "all agents: mean" in e.stdout, e.stderr
+    r = train("--resume", str(train.logdir / "bf"), "--total-steps", "6000")
+    assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]

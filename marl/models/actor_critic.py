@@ -35,6 +35,8 @@ class MLP(nn.Module):
         self.head = init_layer(nn.Linear(widths[-1], n_out), head_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Features made inside the model (one-hots, scaled bytes) are float32; bf16 weights want bf16.
+        x = x.to(self.head.weight.dtype)
         for block in self.blocks:
             x = block(x)
         return self.head(x)

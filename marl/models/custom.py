@@ -7,7 +7,8 @@
 - `obs_space` is the observation as the network receives it (a `gymnasium.spaces` object:
   `Box`, `Discrete`, ..., or a `Dict` of them once the action mask and unusable keys are taken
   out); `forward` gets a batch of it: a tensor [B, *shape] for a plain space, a dict of them for
-  a `Dict`, in their stored dtypes (`uint8` images, `int64` indices: the network converts).
+  a `Dict`, in their stored dtypes (`uint8` images, `int64` indices): the network converts them,
+  to its weights' dtype (bf16 under `--precision bf16`).
 - `num_outputs` is the size of the head marl turns into the action distribution: logits for
   Discrete (n) and MultiDiscrete (sum of nvec), one logit per bit for MultiBinary, the means for
   Box (marl adds a learned log-std). Action masks are applied by marl, after the network.

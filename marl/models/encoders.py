@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from envs.spaces import Leaf, SpaceError
+from envs.spaces import Leaf, SpaceError, image_layout
 
 ENCODERS = ("auto", "mlp", "cnn")
 NATURE_MIN_SIDE = 36  # the Nature-DQN stack needs at least 36x36 pixels (8/4, 4/2, 3/1 convolutions)
@@ -24,16 +24,6 @@ def init_layer(layer: nn.Module, std: float) -> nn.Module:
     nn.init.orthogonal_(layer.weight, std)
     nn.init.zeros_(layer.bias)
     return layer
-
-
-def image_layout(shape: tuple[int, ...]) -> tuple[bool, tuple[int, int, int]]:
-    """(channels_last, (C, H, W)) of an image leaf: HWC when the last axis is the smallest (84x84x3,
-    MiniGrid's 7x7x3), CHW otherwise (a 4x84x84 frame stack); an H x W image has one channel."""
-    if len(shape) == 2:
-        return False, (1, *shape)
-    if shape[-1] < shape[0]:
-        return True, (shape[2], shape[0], shape[1])
-    return False, tuple(shape)
 
 
 class CNN(nn.Module):
@@ -65,7 +55,8 @@ class CNN(nn.Module):
         self.out_dim = features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float()
+        # The weights' dtype, not float32: bf16 learners compute in bf16 (FSDP casts only float inputs).
+        x = x.to(self.convs[0].weight.dtype)
         if self.scale is not None:
             x = x * self.scale
         if self.channels_last:
