@@ -1,7 +1,6 @@
-import pytest
 import dataclasses
 
-
+import pytest
 from marl.config import Config, UsageError, load_toml, parse_args, to_toml, validate
 
 
