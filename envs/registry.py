@@ -205,7 +205,9 @@ def describe(env_id: str, agents: int | None = None, env_kwargs: dict[str, Any] 
         raise EnvError(f"unknown env id {env_id!r}{_close_ids(env_id)}; use a registered Gymnasium id, module:EnvId "
                        f"or pettingzoo:<module>.<env> ({type(e).__name__})") from None
     except TypeError as e:
-        raise EnvError(f"env id {env_id!r} does not take env kwargs {env_kwargs!r} ({_one_line(e)}); fix --env-kwargs") from None
+        fix = "fix --env-kwargs or --wrappers" if wrappers else "fix --env-kwargs"
+        raise EnvError(f"env id {env_id!r} with env kwargs {env_kwargs!r}{' and --wrappers' if wrappers else ''} "
+                       f"failed to build ({_one_line(e)}); {fix}") from None
     try:
         obs_space, act_space = vec.single_observation_space, vec.single_action_space
         _, infos = vec.reset(seed=0)

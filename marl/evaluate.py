@@ -90,8 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", help="a run directory, e.g. runs/CartPole-v1__1__1796000000")
     p.add_argument("--episodes", type=int, default=20, help="whole episodes per agent")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sample", action="store_true", help="sample actions instead of taking the most likely")
+    p.add_argument("--sample", action="store_true", help="sample actions instead of taking the most likely (a greedy "
+                   "policy can repeat one move forever where the observation does not change, as in MiniGrid)")
     args = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)  # batches of one env copy: threads cost more than they give (4x on 2 cores)
     run_dir = Path(args.run_dir)
     if not (run_dir / "policy.pt").is_file():
         print(f"error: {run_dir} has no policy.pt; give a run directory that train.py wrote (under --logdir)",
