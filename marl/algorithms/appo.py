@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from marl.algorithms.base import episode_flags, sample_minibatches
-from marl.algorithms.ppo import ppo_loss
+from marl.algorithms.base import episode_flags
+from marl.algorithms.ppo import PPO
 from marl.algorithms.vtrace import vtrace
 
 
@@ -21,19 +21,11 @@ def vtrace_targets(cfg, traj: dict, current: tuple[torch.Tensor, torch.Tensor]) 
     return adv, vs
 
 
-class APPO:
+class APPO(PPO):
+    """PPO's epochs, minibatches and clipped loss; only the targets differ (V-trace's, under the learner's weights)."""
+
     name = "appo"
     needs_current = True
-    minibatches = staticmethod(sample_minibatches)
-
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.epochs = cfg.update_epochs
 
     def targets(self, traj: dict, current) -> tuple[torch.Tensor, torch.Tensor]:
         return vtrace_targets(self.cfg, traj, current)
-
-    def loss(self, new_logp, entropy, new_value, mb):
-        cfg = self.cfg
-        return ppo_loss(new_logp, mb["logprobs"], mb["advantages"], new_value, mb["values"], mb["returns"], entropy,
-                        clip_coef=cfg.clip_coef, clip_vloss=cfg.clip_vloss, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
