@@ -118,8 +118,7 @@ def batch_path(repeats: int) -> None:
         copies = [r["shared"]["valid"].shape[1] for r in rollouts]
         bounds = [0, *torch.tensor(copies).cumsum(0).tolist()]
         per_rank = -(-bounds[-1] // ranks)
-        packed = _pack([r["shared"] for r in rollouts], max(r["shared"]["valid"].shape[0] for r in rollouts),
-                       per_rank * ranks)
+        packed = _pack([r["shared"] for r in rollouts], per_rank * ranks)
         own = tree_map(lambda v: v[:, :per_rank] if v.dim() >= 3 else v[:per_rank], packed)
         adv, ret = PPO(cfg).targets(own)
         cat([flatten_valid(tree_map(lambda v: v[:, a:b], own), adv[:, a:b], ret[:, a:b])

@@ -145,7 +145,7 @@ def roofline(cfg: Config, info, n: int, seconds: float) -> dict:
                 if t == 3:  # warm-up over: the first forwards allocate
                     start, steps = time.perf_counter(), 0
                 o = torch.from_numpy(obs)
-                params, value = policy({leaf.name: o}, None)
+                params, value, _ = policy({leaf.name: o}, None)
                 action, logp = distributions.make(spec.action, params).sample(gen)
                 i = t % T
                 buf["obs"][i], buf["actions"][i], buf["logprobs"][i], buf["values"][i] = o, action, logp, value

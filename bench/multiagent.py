@@ -2,9 +2,9 @@
 
 Cases (each trains with `train.py --config configs/<case>.toml`, seeds 1..N, to a fixed budget of
 agent-steps, in sync mode so that a seed gives the same run on a busy machine):
-- coop_nav: the first-party cooperative navigation env, MAPPO (`--critic central`) and IPPO
-  (`--critic local`);
-- simple_spread: PettingZoo MPE2 simple_spread_v3 (N=3, 25 steps, discrete), MAPPO;
+- coop_nav: the first-party cooperative navigation env, MAPPO (`--critic central`), IPPO
+  (`--critic local`) and recurrent MAPPO (`--core gru`: a GRU in the actor and one in the critic);
+- simple_spread: PettingZoo MPE2 simple_spread_v3 (N=3, 25 steps, discrete), MAPPO and recurrent MAPPO;
 - speaker_listener: MPE2 simple_speaker_listener_v4, one network per agent (`--policies per-agent`:
   their spaces differ);
 - cartpole_per_agent: CartPole-v1, 4 agents with a network each, until the mean return reaches 475.
@@ -16,6 +16,7 @@ plays uniformly random actions in the same env for the same number of episodes.
 
     python bench/multiagent.py                                  # every case, 5 seeds
     python bench/multiagent.py --cases coop_nav --seeds 5
+    python bench/multiagent.py --cases coop_nav,simple_spread --variants MAPPO,rMAPPO --seeds 3
     python bench/multiagent.py --smoke                          # CI: tiny budgets, 1 seed
 """
 
@@ -33,8 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 CASES = {
-    "coop_nav": ("configs/coop_nav.toml", {"MAPPO": ["--critic", "central"], "IPPO": ["--critic", "local"]}),
-    "simple_spread": ("configs/simple_spread.toml", {"MAPPO": []}),
+    "coop_nav": ("configs/coop_nav.toml", {"MAPPO": ["--critic", "central"], "IPPO": ["--critic", "local"],
+                                           "rMAPPO": ["--critic", "central", "--core", "gru"]}),
+    "simple_spread": ("configs/simple_spread.toml", {"MAPPO": [], "rMAPPO": ["--core", "gru"]}),
     "speaker_listener": ("configs/speaker_listener.toml", {"MAPPO per-agent": []}),
     "cartpole_per_agent": ("configs/cartpole.toml", {"PPO per-agent": ["--agents", "4", "--policies", "per-agent"]}),
 }
@@ -60,7 +62,8 @@ def spread(values: list[float]) -> str:
     return f"median {statistics.median(values):.1f} (min {min(values):.1f}, max {max(values):.1f})"
 
 
-def run_case(case: str, seeds: int, budget: int | None, episodes: int, logdir: str) -> dict[str, list[float]]:
+def run_case(case: str, seeds: int, budget: int | None, episodes: int, logdir: str,
+             only: list[str] | None = None) -> dict[str, list[float]]:
     import tomllib
 
     from envs import describe
@@ -69,6 +72,7 @@ def run_case(case: str, seeds: int, budget: int | None, episodes: int, logdir: s
     from marl.policies import specs_of
 
     config, variants = CASES[case]
+    variants = {k: v for k, v in variants.items() if not only or k in only}
     if case == "cartpole_per_agent":
         return run_cartpole(config, variants, seeds, budget, logdir)
     cfg = Config(**load_toml(str(ROOT / config)))
@@ -108,6 +112,7 @@ def run_cartpole(config: str, variants: dict, seeds: int, budget: int | None, lo
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
+    p.add_argument("--variants", default="", help="comma-separated variant names to run (default: every one of each case)")
     p.add_argument("--seeds", type=int, default=5, help="seeds 1..N per variant")
     p.add_argument("--budget", type=int, default=None, help="agent-steps per run (default: the config's total_steps)")
     p.add_argument("--eval-episodes", type=int, default=50, help="episodes per agent for each score")
@@ -121,7 +126,8 @@ def main() -> int:
         args.seeds, args.budget, args.eval_episodes = 1, 4_000, 3
     with tempfile.TemporaryDirectory() as logdir:
         for case in cases:
-            run_case(case, args.seeds, args.budget, args.eval_episodes, logdir)
+            run_case(case, args.seeds, args.budget, args.eval_episodes, logdir,
+                     [v for v in args.variants.split(",") if v] or None)
     return 0
 
 

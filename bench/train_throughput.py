@@ -86,7 +86,7 @@ def baseline_rate(steps: int) -> float:
         buf = {k: [] for k in ("obs", "act", "logp", "val", "rew", "term", "trunc", "valid")}
         with torch.inference_mode():
             for _ in range(T):
-                pd, v = model({"obs": obs})
+                pd, v, _ = model({"obs": obs})
                 a, lp = distributions.make(spec.action, pd).sample()
                 nobs, r, term, trunc, _ = envs.step(a.numpy())
                 for k, x in zip(buf, (obs, a, lp, v, torch.from_numpy(r), torch.from_numpy(term),
@@ -94,7 +94,7 @@ def baseline_rate(steps: int) -> float:
                     buf[k].append(x)
                 done_prev = torch.from_numpy(term | trunc)
                 obs = torch.from_numpy(nobs)
-            _, next_v = model({"obs": obs})
+            _, next_v, _ = model({"obs": obs})
         b = {k: torch.stack(v) for k, v in buf.items()}
         later = torch.cat([b["val"][1:], next_v[None]])
         adv, ret = gae(b["rew"], b["val"], next_v, b["term"], b["trunc"], torch.where(b["trunc"], later, 0.0),
@@ -108,7 +108,7 @@ def baseline_rate(steps: int) -> float:
             perm = torch.randperm(size)
             for k in range(cfg.num_minibatches):
                 i = perm[k * mb:(k + 1) * mb]
-                pd, v = model({"obs": data[0][i]})
+                pd, v, _ = model({"obs": data[0][i]})
                 pi = distributions.make(spec.action, pd)
                 loss, _ = ppo_loss(pi.log_prob(data[1][i]), data[2][i], data[4][i], v, data[3][i],
                                    data[5][i], pi.entropy(), clip_coef=cfg.clip_coef,

@@ -5,8 +5,10 @@ agent); `make_env(id, agents)` gives a PettingZoo-Parallel env (dicts keyed by a
 tests; `make_agent_batch(info, copies, groups)` gives the grouped array form the actors step.
 Ids: any Gymnasium id (or `module:EnvId`) x N independent agents, or `pettingzoo:<module>.<env>`
 for a PettingZoo Parallel env (`pip install -e '.[pettingzoo]'` for pettingzoo and mpe2).
+First-party ids: `envs:CartPoleNoVel-v1` (envs/partially_observed.py), `envs.targets:MatchDigits-v0`.
 """
 
+from envs import partially_observed  # noqa: F401 - registers envs:CartPoleNoVel-v1
 from envs.batched import GymAgentsBatch
 from envs.pettingzoo_batch import PettingZooBatch
 from envs.protocol import ParallelEnv

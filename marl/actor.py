@@ -15,6 +15,7 @@ from envs import EnvInfo, make_agent_batch
 from marl import distributions
 from marl.config import Config
 from marl.models import build_model, network_of
+from marl.models.core import fresh_after
 from marl.policies import critic_state, policy_obs, specs_of
 from marl.specs import allocate, step_fields, tree_map
 from marl.trajectory import Rollout
@@ -22,6 +23,7 @@ from marl.trajectory import Rollout
 # A slot in --rollout episodes mode may not need more than this many steps per episode; past
 # it, something (an env that never ends) is wrong and the request fails instead of hanging.
 _MAX_EPISODE_STEPS = 100_000
+_MAX_STEPS = 2 ** 62  # --seq-len 0: one chunk, however long the rollout
 
 
 class RolloutWorker:
@@ -35,6 +37,7 @@ class RolloutWorker:
         self.env = make_agent_batch(info, cfg.envs_per_actor, [list(s.agents) for s in self.specs])
         self.policy = build_model(self.specs, network_of(cfg)).eval()
         self.central = any(s.central for s in self.specs)
+        self.state_sizes = [self.policy.state_size(s.name) for s in self.specs]
         self.version = -1
         # Each actor's envs and sampling get their own stream, all derived from the run's seed.
         seed = cfg.seed * 100_003 + 7_919 * (index + 1) + 1_000_003 * seed_offset
@@ -54,6 +57,10 @@ class RolloutWorker:
         self.active = [torch.from_numpy(a.copy()) for a in self.env.active]
         self.ep_return = [torch.zeros(a.shape, dtype=torch.float64) for a in self.active]
         self.ep_length = [torch.zeros(a.shape, dtype=torch.int64) for a in self.active]
+        # A recurrent policy's state per slot, and whether the slot's next step starts an episode
+        # (its state is zeroed then). New weights keep the states, as Sample Factory and CleanRL do.
+        self.core = [torch.zeros((*a.shape, size)) for a, size in zip(self.active, self.state_sizes)]
+        self.fresh = [torch.ones(a.shape, dtype=torch.bool) for a in self.active]
 
     def _grow(self, steps: int) -> None:
         """(Re)allocate the per-step buffers for at least `steps` steps, keeping what they hold."""
@@ -68,14 +75,24 @@ class RolloutWorker:
         self._capacity = cap
 
     def _forward(self, g: int, state: torch.Tensor | None):
-        """Policy g's distribution and values for the current observations, and the critic's state input."""
+        """Policy g's distribution and values for the current observations, the critic's state
+        input, and a recurrent policy's state after this step (None for a feed-forward one)."""
         spec = self.specs[g]
         s = critic_state(spec, state)
         flat = {k: x.reshape(-1, *x.shape[2:]) for k, x in self.obs[g].items()}
-        params, value = self.policy.policies[spec.name](flat, None if s is None else s.reshape(-1, spec.state_dim))
+        s_flat = None if s is None else s.reshape(-1, spec.state_dim)
+        lead = (self.copies, len(spec.agents))
+        if self.state_sizes[g]:
+            # One step of the sequence API: a batched call over every agent slot.
+            params, value, core = self.policy.policies[spec.name](
+                {k: x.unsqueeze(0) for k, x in flat.items()}, None if s_flat is None else s_flat.unsqueeze(0),
+                self.core[g].reshape(-1, self.state_sizes[g]), self.fresh[g].reshape(1, -1))
+            core = core.reshape(*lead, -1)
+        else:
+            params, value, core = self.policy.policies[spec.name](flat, s_flat)
         mask = self.masks[g]
         dist = distributions.make(spec.action, params, None if mask is None else mask.reshape(-1, mask.shape[-1]))
-        return dist, value.reshape(self.copies, len(spec.agents)), s
+        return dist, value.reshape(lead), s, core
 
     def collect(self, version: int, state_dict: dict[str, torch.Tensor] | None) -> Rollout:
         """One rollout with policy `version` (its weights come along only when this actor lacks them)."""
@@ -95,11 +112,13 @@ class RolloutWorker:
             trajectories = {}
             for g, spec in enumerate(self.specs):
                 b = tree_map(lambda v: v[:steps].clone(), self._buffers[g])
-                _, next_value, _ = self._forward(g, state)
+                _, next_value, _, _ = self._forward(g, state)  # the state after it is not kept: the next request redoes this step
                 # With NEXT_STEP autoreset the value computed on the step after a truncation is V(final obs).
                 later = torch.cat([b["values"][1:], next_value.unsqueeze(0)])
                 trajectories[spec.name] = {**b, "bootstrap_value": torch.where(b["truncated"], later, 0.0),
                                            "next_value": next_value}
+                if self.state_sizes[g]:
+                    trajectories[spec.name]["core_state"] = torch.stack(self._chunk_states[g])
         return Rollout(
             trajectories,
             episode_returns=torch.tensor([e[1] for e in episodes], dtype=torch.float64),
@@ -115,6 +134,7 @@ class RolloutWorker:
         self._grow(num_steps or 256)
         finished: list[tuple[int, float, int]] = []
         done_count = [torch.zeros(a.shape, dtype=torch.int64) for a in self.active]
+        self._chunk_states = [[] for _ in self.specs]
         t = 0
         while True:
             if num_steps is not None and t == num_steps:
@@ -129,7 +149,12 @@ class RolloutWorker:
             actions = []
             for g, spec in enumerate(self.specs):
                 B = self._buffers[g]
-                dist, value, s = self._forward(g, state)
+                if self.state_sizes[g] and t % (self.cfg.seq_len or _MAX_STEPS) == 0:
+                    # The state a chunk starts from, zeroed where an episode starts: the learner replays from it.
+                    self._chunk_states[g].append(torch.where(self.fresh[g].unsqueeze(-1), 0.0, self.core[g]))
+                dist, value, s, core = self._forward(g, state)
+                if core is not None:
+                    self.core[g] = core
                 action, logprob = dist.sample(self.generator)
                 action = action.reshape(self.copies, len(spec.agents), *spec.action.shape)
                 for name, x in self.obs[g].items():
@@ -150,6 +175,7 @@ class RolloutWorker:
                 B["rewards"][t] = torch.from_numpy(rew[g])
                 term_g, trunc_g = torch.from_numpy(term[g]) & valid, torch.from_numpy(trunc[g]) & valid
                 B["terminated"][t], B["truncated"][t], B["valid"][t] = term_g, trunc_g, valid
+                self.fresh[g] = fresh_after(valid, term_g, trunc_g)
                 self.ep_return[g] += B["rewards"][t] * valid
                 self.ep_length[g] += valid
                 done = term_g | trunc_g

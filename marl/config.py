@@ -76,6 +76,9 @@ class Config:
     # --- network
     encoder: str = _f("auto", "observation encoder of the built-in network: `auto` (an MLP over vectors and one-hot discrete values, a CNN for each image-shaped Box: the Nature-DQN CNN from 36x36 up, a small conv stack below), `mlp` (flatten everything), `cnn`", choices=("auto", "mlp", "cnn"))
     hidden_sizes: tuple = _f((64, 64), "hidden layer widths of the actor and critic MLPs (after the encoder), e.g. 64,64")
+    core: str = _f("none", "recurrent core of the built-in network, between the encoder and the MLPs: `none`, `gru` or `lstm` (memory, for partially observed tasks; the actor and the critic get one each)", choices=("none", "gru", "lstm"))
+    core_size: int = _f(64, "units of the recurrent core (--core gru|lstm)")
+    seq_len: int = _f(0, "steps per training sequence of a recurrent network, each replayed from the state its actor recorded at its start; 0 = the whole rollout")
     model: str = _f("", "your own torch.nn.Module as module:Class instead of the built-in network (see README, \"Your own network\")")
     model_kwargs: dict = _f({}, "keyword arguments for --model's constructor: JSON on the command line, a table in TOML", mapping=True)
     obs_keys: tuple = _f((), "observation keys the network reads, e.g. image,direction (default: every key a network can read; text keys are dropped)", items=str)
@@ -259,7 +262,7 @@ def validate(cfg: Config, *, gpus: int) -> Config:
     if cfg.agents < 0:
         raise UsageError(f"--agents must be at least 1 (or 0 for the env's own count), got {cfg.agents}")
     for name in ("actors", "envs_per_actor", "num_steps", "episodes_per_request", "async_ahead",
-                 "total_steps", "num_minibatches", "update_epochs"):
+                 "total_steps", "num_minibatches", "update_epochs", "core_size"):
         v = getattr(cfg, name)
         if v < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {v}")
@@ -293,6 +296,11 @@ def validate(cfg: Config, *, gpus: int) -> Config:
         raise UsageError(f"--keep-checkpoints must be at least 1, got {cfg.keep_checkpoints}")
     if cfg.target_kl is not None and cfg.target_kl <= 0:
         raise UsageError(f"--target-kl must be greater than 0, got {cfg.target_kl}")
+    if cfg.seq_len < 0:
+        raise UsageError(f"--seq-len must be at least 1 (or 0 for the whole rollout), got {cfg.seq_len}")
+    if cfg.model and cfg.core != "none":
+        raise UsageError(f"--core {cfg.core} is the built-in network's; a --model is recurrent by its own "
+                         f"state_size (README, \"Your own network\"); drop --core or --model")
     if not cfg.hidden_sizes or min(cfg.hidden_sizes) < 1:
         raise UsageError(f"--hidden-sizes must be positive widths like 64,64, got {cfg.hidden_sizes}")
     if cfg.agents:
@@ -314,9 +322,17 @@ def check_batch(cfg: Config, learners: int) -> None:
     # With several policies each one's samples are split on their own; the smallest may have one agent.
     agents = cfg.agents if cfg.policies == "shared" else 1
     slots = cfg.envs_per_actor * agents * cfg.actors
+    if cfg.core != "none":
+        # A recurrent network's minibatches are whole sequences: each rank needs one per minibatch.
+        chunks = -(-cfg.num_steps // cfg.seq_len) if cfg.rollout == "steps" and cfg.seq_len else 1
+        per_rank = chunks * slots // learners
+        if per_rank < cfg.num_minibatches:
+            raise UsageError(f"--core {cfg.core} trains on whole sequences (env copy x agent x --seq-len steps): "
+                             f"{per_rank}{' per policy' if agents != cfg.agents else ''} per learner are fewer than "
+                             f"--num-minibatches {cfg.num_minibatches}; lower --num-minibatches or --seq-len, or add env copies")
     if cfg.rollout == "steps":
         batch = cfg.num_steps * slots
-        if batch % (learners * cfg.num_minibatches) and cfg.policies == "shared":
+        if batch % (learners * cfg.num_minibatches) and cfg.policies == "shared" and cfg.core == "none":
             raise UsageError(
                 f"the batch of {batch} agent-steps (num-steps x envs-per-actor x agents x actors) does not split into "
                 f"{cfg.num_minibatches} minibatches on {learners} learner(s); change --num-steps or --num-minibatches")

@@ -13,11 +13,13 @@ from pathlib import Path
 
 def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
     """Each agent's returns over its first `episodes` whole episodes, one env copy, actions from
-    `act(spec, obs {leaf: [n_g, ...]}, mask [n_g, mask_size] or None) -> actions [n_g, ...]` for each policy."""
+    `act(spec, obs {leaf: [n_g, ...]}, mask [n_g, mask_size] or None, starts [n_g]) -> actions [n_g, ...]`
+    for each policy; `starts` says which agents begin an episode (a recurrent policy zeroes their state)."""
     import numpy as np
     import torch
 
     from envs import make_agent_batch
+    from marl.models.core import fresh_after
     from marl.policies import policy_obs
 
     env = make_agent_batch(info, 1, [list(s.agents) for s in specs])
@@ -25,6 +27,7 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
     valid = [a.copy() for a in env.active]
     returns: list[list[float]] = [[] for _ in info.agent_ids]
     running = [np.zeros(a.shape) for a in valid]
+    fresh = [np.ones(a.shape, dtype=bool) for a in valid]
     limit = 100_000 * episodes  # an agent that never finishes an episode must not hang the evaluation
     with torch.inference_mode():
         for _ in range(limit):
@@ -34,7 +37,7 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
             for g, spec in enumerate(specs):
                 o = policy_obs(spec, {k: v[0] for k, v in obs[g].items()}, ())
                 mask = env.masks[g]
-                a = act(spec, o, None if mask is None else torch.from_numpy(mask[0]))
+                a = act(spec, o, None if mask is None else torch.from_numpy(mask[0]), torch.from_numpy(fresh[g][0]))
                 actions.append(a.reshape(1, len(spec.agents), *spec.action.shape).numpy())
             obs, rew, term, trunc, active = env.step(actions)
             for g, spec in enumerate(specs):
@@ -43,6 +46,7 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
                 for _, j in zip(*np.nonzero(done)):
                     returns[spec.agents[j]].append(float(running[g][0, j]))
                     running[g][0, j] = 0.0
+                fresh[g] = fresh_after(valid[g], term[g], trunc[g])
                 valid[g] = active[g].copy()
         else:
             raise RuntimeError(f"{info.env_id}: not every agent finished {episodes} episodes within {limit:,} steps")
@@ -61,9 +65,11 @@ def evaluate(run_dir: Path, episodes: int, seed: int, sample: bool) -> dict[str,
     model, specs, meta = load_policy(run_dir / "policy.pt")
     info = describe(meta["env"], meta["agents"], meta["env_kwargs"], tuple(meta["obs_keys"]), tuple(meta["wrappers"]))
     generator = torch.Generator().manual_seed(seed)
+    cores = {s.name: torch.zeros(len(s.agents), model.state_size(s.name)) for s in specs}  # recurrent policies' states
 
-    def act(spec, obs, mask):
-        pi = distributions.make(spec.action, model.policies[spec.name].act(obs), mask)
+    def act(spec, obs, mask, starts):
+        params, cores[spec.name] = model.policies[spec.name].act(obs, cores[spec.name], starts)
+        pi = distributions.make(spec.action, params, mask)
         return pi.sample(generator)[0] if sample else pi.mode()
 
     return play(info, specs, act, episodes, seed)
@@ -78,7 +84,7 @@ def random_returns(info, specs, episodes: int, seed: int) -> dict[str, list[floa
 
     generator = torch.Generator().manual_seed(seed)
 
-    def act(spec, obs, mask):
+    def act(spec, obs, mask, starts):
         params = distributions.uniform_params(spec.action, len(spec.agents))
         return distributions.make(spec.action, params, mask).sample(generator)[0]
 

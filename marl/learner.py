@@ -24,8 +24,8 @@ from marl.config import Config
 from marl.errors import NonFiniteError
 from marl.models import PolicySet, build_model, network_of
 from marl.policies import PolicySpec, specs_of
-from marl.specs import cat, get, leaves, put, trajectory_fields, tree_map
-from marl.trajectory import flatten_valid
+from marl.specs import cat, get, leaves, put, time_length, trajectory_fields, tree_map
+from marl.trajectory import flatten_valid, from_sequences, sequences, to_sequences
 
 _STOP, _TRAIN, _GATHER, _SAVE = 0, 1, 2, 3
 
@@ -120,6 +120,7 @@ class Learner:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             model = build_model(self.specs, network_of(cfg))
+        self.state_sizes = {s.name: model.state_size(s.name) for s in self.specs}
         model = model.to(device)
         self.sharded = self.world > 1 or cfg.precision != "fp32"
         if self.sharded:
@@ -149,20 +150,16 @@ class Learner:
         policies' losses so that one optimizer step updates them all. `pieces` are the slot ranges
         of the rollouts these slots came from, flattened one after another (the order a single
         rank has always used). Returns metrics averaged over minibatches and ranks (per policy as
-        `<policy>/<metric>`, over policies as `<metric>`) and the samples used over all ranks."""
+        `<policy>/<metric>`, over policies as `<metric>`) and the samples used over all ranks.
+
+        A feed-forward policy trains on shuffled samples (its valid steps); a recurrent one on
+        shuffled whole sequences (`marl.trajectory.sequences`), replayed from the states the actors
+        recorded, their padding and invalid steps left out of every loss term."""
         cfg, algo = self.cfg, self.algorithm
         lr = learning_rate(cfg, global_step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        trajs = {name: tree_map(lambda v: v.to(self.device, non_blocking=True), t) for name, t in trajs.items()}
-        current = self._current(trajs) if algo.needs_current else {}
-        samples, stats = {}, {}
-        for spec in self.specs:
-            traj = trajs[spec.name]
-            adv, ret = algo.targets(traj, current.get(spec.name))
-            samples[spec.name] = cat([flatten_valid(tree_map(lambda v: v[:, a:b], traj), adv[:, a:b], ret[:, a:b])
-                                      for a, b in pieces or [(0, 0)]])  # a rank may hold only padding slots
-        samples = self._normalise(samples)
+        samples = self.units(trajs, pieces)
         # Equal minibatch steps on every rank: each policy is cut to what the rank with the fewest has.
         K = cfg.num_minibatches
         counts = torch.tensor([samples[s.name]["values"].shape[0] for s in self.specs], device=self.device)
@@ -184,12 +181,11 @@ class Learner:
             epoch_kl = torch.zeros((), device=self.device)
             for k, idx in enumerate(algo.minibatches({name: sizes[name] for name in data}, K, self.generator)):
                 mb = {name: tree_map(lambda v: v[idx[name].to(self.device)], d) for name, d in data.items()}
-                out = self.model({name: (m["obs"], m.get("state")) for name, m in mb.items()})
+                out = self.forward(mb)
                 loss, step = 0.0, {}
                 for spec in specs:
-                    m, (pd, value) = mb[spec.name], out[spec.name]
-                    pi = distributions.make(spec.action, pd.float(), m.get("action_mask"))
-                    policy_loss, policy_stats = algo.loss(pi.log_prob(m["actions"]), pi.entropy(), value.float(), m)
+                    pi, value, m = out[spec.name]
+                    policy_loss, policy_stats = algo.loss(pi.log_prob(m["actions"]), pi.entropy(), value, m)
                     loss = loss + policy_loss
                     step.update({f"{spec.name}/{k_}": v for k_, v in policy_stats.items()})
                 self.optimizer.zero_grad(set_to_none=True)
@@ -220,22 +216,87 @@ class Learner:
             per_policy = [v for n, v in means.items() if n.endswith("/" + name)]
             metrics[name] = sum(per_policy) / len(per_policy)
         metrics["learning_rate"] = lr
-        return metrics, sum(sizes.values()) * self.world
+        used = torch.tensor(sum(int(d["valid"].sum()) if "valid" in d else sizes[name] for name, d in data.items()),
+                            device=self.device)
+        dist.all_reduce(used, group=self.group)
+        return metrics, int(used)
 
-    def _current(self, trajs: dict[str, dict]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """The learner's log-probs of the taken actions and its values over whole trajectories (V-trace's
-        target policy), in one forward of every policy (FSDP's collectives run in the root's forward)."""
-        flat = {name: tree_map(lambda v: v.reshape(-1, *v.shape[3:]),
-                               {k: t[k] for k in ("obs", "actions", "state", "action_mask") if k in t})
-                for name, t in trajs.items()}
+    def units(self, trajs: dict[str, dict], pieces: list[tuple[int, int]]) -> dict[str, dict]:
+        """Every policy's training units from this rank's trajectories: the algorithm's targets, then
+        the valid steps as samples [B, ...], or a recurrent policy's sequences [N, L, ...], with the
+        advantages normalised over every rank."""
+        trajs = {name: tree_map(lambda v: v.to(self.device, non_blocking=True), t) for name, t in trajs.items()}
+        current = self.replay(trajs) if self.algorithm.needs_current else {}
+        samples = {}
+        for spec in self.specs:
+            traj = trajs[spec.name]
+            adv, ret = self.algorithm.targets(traj, current.get(spec.name))
+            if self.state_sizes[spec.name]:
+                units = lambda t, a, r: sequences(t, a, r, self.cfg.seq_len)  # noqa: E731
+            else:
+                units = flatten_valid
+            samples[spec.name] = cat([units(tree_map(lambda v: v[:, a:b], traj), adv[:, a:b], ret[:, a:b])
+                                      for a, b in pieces or [(0, 0)]])  # a rank may hold only padding slots
+        return self._normalise(samples)
+
+    def forward(self, mb: dict[str, dict]) -> dict[str, tuple]:
+        """The current network on a minibatch of each policy's units: (action distribution, values,
+        the units' fields), all as flat samples, in one forward of the sharded root."""
+        out = self.model({name: self._inputs(name, m) for name, m in mb.items()})
+        result = {}
+        for spec in self.specs:
+            if spec.name in mb:
+                pd, value, m = self._outputs(spec.name, out[spec.name], mb[spec.name])
+                result[spec.name] = (distributions.make(spec.action, pd.float(), m.get("action_mask")), value.float(), m)
+        return result
+
+    def _inputs(self, name: str, m: dict) -> tuple:
+        """The model's inputs for policy `name`'s units: flat samples as they are; batch-first
+        sequences time-major, with their initial states and episode starts."""
+        if not self.state_sizes[name]:
+            return m["obs"], m.get("state"), None, None
+        tm = lambda v: v.transpose(0, 1)  # noqa: E731
+        return tree_map(tm, m["obs"]), tm(m["state"]) if "state" in m else None, m["core_state"], tm(m["starts"])
+
+    def _outputs(self, name: str, out: tuple, m: dict) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """(params, values, fields) as flat samples: for sequences, their valid steps only."""
+        pd, value, _ = out
+        if not self.state_sizes[name]:
+            return pd, value, m
+        valid = m["valid"]
+        N, L = valid.shape
+        fields = {k: v for k, v in m.items() if k not in ("core_state", "starts", "valid")}
+        # The model's outputs are time-major [L * N, ...]; the units batch-first [N, L, ...].
+        pd, value = pd.unflatten(0, (L, N)).transpose(0, 1), value.unflatten(0, (L, N)).transpose(0, 1)
+        return pd[valid], value[valid], tree_map(lambda v: v[valid], fields)
+
+    def replay(self, trajs: dict[str, dict]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """The learner's log-probs of the taken actions and its values over whole trajectories [T, S, n]
+        (V-trace's target policy), in one forward of every policy (FSDP's collectives run in the
+        root's forward); a recurrent policy replays each chunk from the state its actor recorded."""
+        inputs, flat = {}, {}
+        for spec in self.specs:
+            t = trajs[spec.name]
+            if self.state_sizes[spec.name]:
+                f = to_sequences(t, self.cfg.seq_len)
+            else:
+                f = tree_map(lambda v: v.reshape(-1, *v.shape[3:]),
+                             {k: t[k] for k in ("obs", "actions", "state", "action_mask") if k in t})
+            inputs[spec.name], flat[spec.name] = self._inputs(spec.name, f), f
         with torch.no_grad():
-            out = self.model({name: (f["obs"], f.get("state")) for name, f in flat.items()})
+            out = self.model(inputs)
         current = {}
         for spec in self.specs:
-            f, (pd, value) = flat[spec.name], out[spec.name]
-            lead = trajs[spec.name]["values"].shape
+            f, (pd, value, _) = flat[spec.name], out[spec.name]
+            T, S, n = trajs[spec.name]["values"].shape
+            if self.state_sizes[spec.name]:
+                N, L = f["valid"].shape
+                pd, value = pd.unflatten(0, (L, N)).transpose(0, 1), value.unflatten(0, (L, N)).transpose(0, 1)  # as f
             logp = distributions.make(spec.action, pd.float(), f.get("action_mask")).log_prob(f["actions"])
-            current[spec.name] = (logp.reshape(lead), value.float().reshape(lead))
+            if self.state_sizes[spec.name]:
+                current[spec.name] = (from_sequences(logp, T, S, n), from_sequences(value.float(), T, S, n))
+            else:
+                current[spec.name] = (logp.reshape(T, S, n), value.float().reshape(T, S, n))
         return current
 
     def _normalise(self, samples: dict[str, dict]) -> dict[str, dict]:
@@ -247,7 +308,7 @@ class Learner:
             return samples
         for name, s in samples.items():
             a = s["advantages"]
-            everyone = self._gather_1d(a)
+            everyone = self._gather_1d(_valid(s, "advantages"))
             if everyone.numel() > 1:  # one sample has no spread to normalise by
                 s["advantages"] = (a - everyone.mean()) / (everyone.std() + 1e-8)
         return samples
@@ -268,7 +329,7 @@ class Learner:
         """1 - Var(returns - values) / Var(returns), per policy and over all, from sums over every rank."""
         rows = []
         for name, s in samples.items():
-            ret, res = s["returns"].double(), (s["returns"] - s["values"]).double()
+            ret, res = _valid(s, "returns").double(), (_valid(s, "returns") - _valid(s, "values")).double()
             rows.append(torch.stack([ret.new_tensor(ret.numel()), ret.sum(), (ret ** 2).sum(), res.sum(), (res ** 2).sum()]))
         table = torch.stack(rows)
         dist.all_reduce(table, group=self.group)
@@ -304,15 +365,22 @@ class Learner:
         return sd
 
 
+def _valid(s: dict, key: str) -> torch.Tensor:
+    """A field's values at the valid steps of a policy's units: all of them for samples, the
+    unpadded steps for sequences."""
+    return s[key][s["valid"]] if "valid" in s else s[key]
+
+
 def _scatter(learner: Learner, spec: PolicySpec, T: int, per_rank: int, traj: dict | None = None) -> dict:
     """This rank's `per_rank` env slots of one policy's trajectories: rank 0 passes them all
-    ([T, slots, n, ...], `next_value` [slots, n]), the others receive. Every field of
-    `trajectory_fields` goes, in the same order on every rank."""
+    ([T, slots, n, ...], `next_value` [slots, n], `core_state` [C, slots, n, S]), the others
+    receive. Every field of `trajectory_fields` goes, in the same order on every rank."""
     shard: dict = {}
     n = len(spec.agents)
-    for name, (shape, dtype) in leaves(trajectory_fields(spec)):
-        timed = name != "next_value"
-        lead = (T, per_rank, n) if timed else (per_rank, n)
+    for name, (shape, dtype) in leaves(trajectory_fields(spec, learner.state_sizes[spec.name])):
+        length = time_length(name, T, learner.cfg.seq_len)
+        timed = length is not None
+        lead = (length, per_rank, n) if timed else (per_rank, n)
         out = torch.empty((*lead, *shape), dtype=dtype, device=learner.device)
         chunks = None
         if traj is not None:
@@ -379,7 +447,7 @@ class LearnerGroup:
             parts = [t[spec.name] for t in trajectories]
             T = max(p["valid"].shape[0] for p in parts)
             steps.append(T)
-            packed[spec.name] = _pack(parts, T, per_rank * L)
+            packed[spec.name] = _pack(parts, per_rank * L)
         self._header(_TRAIN, global_step, bounds, steps)
         own = {spec.name: _scatter(learner, spec, T, per_rank, packed[spec.name]) for spec, T in zip(learner.specs, steps)}
         return learner.update(own, global_step, _pieces(bounds, 0, per_rank))
@@ -397,17 +465,19 @@ class LearnerGroup:
         self._header(_STOP)
 
 
-def _pack(parts: list[dict], T: int, slots: int) -> dict:
+def _pack(parts: list[dict], slots: int) -> dict:
     """Rollouts' trajectories side by side on the slot axis: [T, slots, n, ...], shorter ones and
-    the padding slots filled with invalid steps (zeros; `valid` False)."""
+    the padding slots filled with invalid steps (zeros; `valid` False). A recurrent policy's
+    `core_state` [C, ...] is padded to the most chunks, as the steps are to the most steps."""
     out: dict = {}
     for name, _ in leaves(parts[0]):
         timed = name != "next_value"
+        length = max(get(p, name).shape[0] for p in parts) if timed else None
         tensors = []
         for p in parts:
             x = get(p, name)
-            if timed and x.shape[0] < T:
-                x = torch.cat([x, x.new_zeros((T - x.shape[0], *x.shape[1:]))])
+            if timed and x.shape[0] < length:
+                x = torch.cat([x, x.new_zeros((length - x.shape[0], *x.shape[1:]))])
             tensors.append(x)
         x = torch.cat(tensors, dim=1 if timed else 0)
         have = x.shape[1 if timed else 0]

@@ -20,7 +20,6 @@ SCALAR: Field = ((), torch.float32)
 FLAG: Field = ((), torch.bool)
 # What GAE or V-trace read, and a training sample no longer needs.
 TARGET_INPUTS = ("rewards", "terminated", "truncated", "valid")
-TARGETS = ("advantages", "returns")
 
 
 def step_fields(spec: PolicySpec) -> dict:
@@ -38,16 +37,28 @@ def step_fields(spec: PolicySpec) -> dict:
     return fields
 
 
-def trajectory_fields(spec: PolicySpec) -> dict:
+def trajectory_fields(spec: PolicySpec, state_size: int = 0) -> dict:
     """What an actor sends for one policy: every step field [T, E, n, ...], the bootstrap value of
-    truncated steps [T, E, n], and `next_value`, V of the observation after the last step [E, n]."""
-    return {**step_fields(spec), "bootstrap_value": SCALAR, "next_value": SCALAR}
+    truncated steps [T, E, n], and `next_value`, V of the observation after the last step [E, n].
+    A recurrent network (`state_size` > 0) adds `core_state` [C, E, n, state_size]: its state at
+    the start of each of the C chunks of --seq-len steps (`num_chunks`), what the learner replays from."""
+    fields = {**step_fields(spec), "bootstrap_value": SCALAR, "next_value": SCALAR}
+    if state_size:
+        fields["core_state"] = ((state_size,), torch.float32)
+    return fields
 
 
-def sample_fields(spec: PolicySpec) -> dict:
-    """Per training sample: the step's fields less the targets' inputs, plus the targets."""
-    fields = {k: v for k, v in step_fields(spec).items() if k not in TARGET_INPUTS}
-    return {**fields, **{k: SCALAR for k in TARGETS}}
+def num_chunks(T: int, seq_len: int) -> int:
+    """Chunks of a T-step rollout: of `seq_len` steps each (the last may be shorter), or one if 0."""
+    return -(-T // seq_len) if seq_len else 1
+
+
+def time_length(name: str, T: int, seq_len: int) -> int | None:
+    """The length of a trajectory field's leading axis: T steps, C chunks (`core_state`), or none
+    (`next_value`, which is [E, n])."""
+    if name == "next_value":
+        return None
+    return num_chunks(T, seq_len) if name == "core_state" else T
 
 
 def tree_map(fn: Callable, tree):
@@ -94,15 +105,17 @@ def cat(trees: list[dict]) -> dict:
     return torch.cat(trees)
 
 
-def example_trajectory(spec: PolicySpec, T: int, E: int, generator: torch.Generator) -> dict:
+def example_trajectory(spec: PolicySpec, T: int, E: int, generator: torch.Generator, state_size: int = 0,
+                       seq_len: int = 0) -> dict:
     """A trajectory of every field of `trajectory_fields`, [T, E, n, ...], each value in its range:
     random observations (indices below nvec, any byte for uint8), legal actions, every step a
     valid transition and episodes that end now and then. For tests and benches of the learner."""
     n = len(spec.agents)
     kinds = {f"obs.{leaf.name}": leaf for leaf in spec.obs}
     out: dict = {}
-    for name, (shape, dtype) in leaves(trajectory_fields(spec)):
-        lead = (E, n) if name == "next_value" else (T, E, n)
+    for name, (shape, dtype) in leaves(trajectory_fields(spec, state_size)):
+        length = time_length(name, T, seq_len)
+        lead = (E, n) if length is None else (length, E, n)
         leaf = kinds.get(name)
         if leaf is not None and leaf.kind in ("discrete", "multidiscrete"):
             x = torch.stack([torch.randint(0, k, lead, generator=generator) for k in leaf.nvec], -1).reshape(*lead, *shape)

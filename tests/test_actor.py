@@ -70,7 +70,7 @@ def test_agent_ids_and_a_central_critic_reach_the_networks_inputs():
     with torch.inference_mode():
         x = net.encoder(flat)
         c = net.critic_encoder({**flat, "state": state.reshape(30, 15)})
-        _, value = net(flat, state.reshape(30, 15))
+        _, value, _ = net(flat, state.reshape(30, 15))
     assert x.shape == (30, 4 + 3) and c.shape == (30, (3 * 4 + 3) + (4 + 3))
     assert torch.equal(x[:, :4], flat["obs"]) and torch.equal(x[:, 4:], torch.eye(3).repeat(10, 1))
     assert torch.equal(c[:, :15], state.reshape(30, 15)) and torch.equal(c[:, 15:], x)
@@ -99,7 +99,7 @@ def test_truncation_bootstraps_from_the_value_of_the_final_observation():
     with torch.inference_mode():
         for t, e, n in tr["truncated"].nonzero().tolist():
             final_obs = obs[t + 1, e, n] if t + 1 < obs.shape[0] else w.obs[0]["obs"][e, n]
-            _, v = w.policy.policies["shared"]({"obs": final_obs.unsqueeze(0)})
+            _, v, _ = w.policy.policies["shared"]({"obs": final_obs.unsqueeze(0)})
             assert torch.allclose(tr["bootstrap_value"][t, e, n], v[0], atol=1e-6)
     assert torch.all(tr["bootstrap_value"][~tr["truncated"]] == 0)
 

@@ -19,11 +19,13 @@ CFG = dataclasses.replace(Config(), num_minibatches=1, update_epochs=1, seed=0, 
                           max_grad_norm=0.05)  # small enough that clipping really acts
 
 
-def make_trajectories(specs, T: int = 16, E: int = 4, seed: int = 123) -> list[dict]:
+def make_trajectories(specs, T: int = 16, E: int = 4, seed: int = 123, state_sizes: dict | None = None,
+                      seq_len: int = 0) -> list[dict]:
     """One rollout's trajectories for each policy: T x E slots of every field, all valid (64 samples
-    a policy by default), episodes ending now and then; 2 ranks get E/2 slots each."""
+    a policy by default), episodes ending now and then; 2 ranks get E/2 slots each. A recurrent
+    policy's trajectories carry its chunks' initial states."""
     g = torch.Generator().manual_seed(seed)
-    return [{s.name: example_trajectory(s, T, E, g) for s in specs}]
+    return [{s.name: example_trajectory(s, T, E, g, (state_sizes or {}).get(s.name, 0), seq_len) for s in specs}]
 
 
 def _step(rank: int, world: int, precision: str, out: str, min_block_params: int, ac: bool, agents: int) -> None:
@@ -97,7 +99,7 @@ def test_one_rank_step_matches_a_hand_written_step(tmp_path):
                    traj["bootstrap_value"], CFG.gamma, CFG.gae_lambda)
     b = flatten_valid(traj, adv, ret)
     b["advantages"] = (b["advantages"] - b["advantages"].mean()) / (b["advantages"].std() + 1e-8)
-    pd, v = model.policies["shared"](b["obs"], None)
+    pd, v, _ = model.policies["shared"](b["obs"], None)
     pi = distributions.make(spec.action, pd)
     loss, _ = ppo_loss(pi.log_prob(b["actions"]), b["logprobs"], b["advantages"], v, b["values"],
                        b["returns"], pi.entropy(), clip_coef=CFG.clip_coef, clip_vloss=CFG.clip_vloss,
@@ -124,11 +126,12 @@ def _step_network(rank: int, world: int, cfg: Config, out: str, extra_path: str)
     sys.path.insert(0, extra_path)
     learner = Learner(cfg, describe(cfg.env, 1), dist.group.WORLD, torch.device("cpu"), 0)
     units = [m for m in learner.model.modules() if isinstance(m, FSDPModule)]
-    assert (not units) if world == 1 else len(units) == 1 + len(learner.model.blocks(0)) > 1
+    assert (not units) if world == 1 and cfg.precision == "fp32" else len(units) == 1 + len(learner.model.blocks(0)) > 1
     if rank == 0:
         group = LearnerGroup(learner)
         before = group.gather()
-        metrics, used = group.update(make_trajectories(learner.specs, seed=7), global_step=0)
+        metrics, used = group.update(make_trajectories(learner.specs, seed=7, state_sizes=learner.state_sizes,
+                                                       seq_len=cfg.seq_len), global_step=0)
         after = group.gather()
         group.stop()
         torch.save({"before": before, "after": after, "metrics": metrics, "used": used}, out)
@@ -143,12 +146,21 @@ def _readme_module(tmp_path) -> str:
     return str(tmp_path)
 
 
-@pytest.mark.parametrize("network", ["cnn", "readme-custom", "readme-custom-ac", "appo", "impala"])
+@pytest.mark.parametrize("network", ["cnn", "readme-custom", "readme-custom-ac", "appo", "impala", "gru", "lstm-ac",
+                                     "gru-appo", "lstm-bf16"])
 def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
     """Trajectories in, weights out, for the small CNN on MiniGrid's uint8 image (its own FSDP unit),
     the README's custom module (sharded by FSDP's size-based rule: every submodule with parameters,
-    at a threshold of 0), and APPO's and IMPALA's V-trace targets."""
-    if network == "cnn":
+    at a threshold of 0), APPO's and IMPALA's V-trace targets, and recurrent cores (each its own
+    unit; sequences of 8 steps, whole on one rank; with activation checkpointing, V-trace, bf16)."""
+    tol = 1e-5
+    if network.startswith(("gru", "lstm")):
+        core, *extra = network.split("-")
+        cfg = dataclasses.replace(CFG, core=core, core_size=16, seq_len=8, activation_checkpointing="ac" in extra,
+                                  algo="appo" if "appo" in extra else "ppo",
+                                  precision="bf16" if "bf16" in extra else "fp32")
+        tol = 2e-2 if "bf16" in extra else tol
+    elif network == "cnn":
         pytest.importorskip("minigrid")
         cfg = dataclasses.replace(CFG, env="MiniGrid-Empty-5x5-v0")
     elif network in ("appo", "impala"):  # V-trace targets from each rank's own forward over its slots
@@ -167,9 +179,9 @@ def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
     moved = 0
     for key in one["after"]:
         torch.testing.assert_close(one["before"][key], two["before"][key], rtol=0, atol=0)
-        torch.testing.assert_close(two["after"][key], one["after"][key], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(two["after"][key], one["after"][key], rtol=tol, atol=tol / 10)
         moved += int(not torch.equal(one["after"][key], one["before"][key]))
     assert moved == len(one["after"])
-    assert two["metrics"]["grad_norm"] == pytest.approx(one["metrics"]["grad_norm"], rel=1e-5)
+    assert two["metrics"]["grad_norm"] == pytest.approx(one["metrics"]["grad_norm"], rel=tol)
     if network == "cnn":
         assert any(".cnns.image.convs." in k for k in one["after"])

@@ -62,8 +62,8 @@ def test_cnn_forced_on_a_vector_is_refused():
 def test_central_critic_reads_the_state_then_the_observation():
     s = spec(VEC, central=True)
     model = build_model((s,), BUILTIN).policies["p"]
-    obs, state = example_inputs(s, 3)
-    params, value = model(obs, state)
+    params, value, core = model(*example_inputs(s, 0, 3))
+    assert core is None
     assert params.shape == (3, 3) and value.shape == (3,) and model.critic.blocks[0][0].in_features == 5 + 4
 
 
@@ -72,6 +72,11 @@ def test_size_based_units_take_big_submodules_post_order():
     units = size_based_units(net, 10_000)
     assert units == [net[0], net[1][1]]  # 10,100 and 101,000 parameters; the small ones stay with the root
     assert size_based_units(net, 10**9) == []
+    # A recurrent core is one unit or none: its RNN runs once per span, a count that differs between ranks.
+    from marl.models.core import Core
+
+    with_core = nn.Sequential(nn.Linear(4, 4), Core("gru", 4, 8))
+    assert size_based_units(with_core, 0) == [with_core[0], with_core[1]]
 
 
 MODULE = '''
@@ -115,10 +120,10 @@ def test_a_custom_module_follows_the_protocol(user_module):
     s = spec(VEC)
     check_network((s,), custom(f"{user_module}:Good", hidden=8))
     model = build_model((s,), custom(f"{user_module}:Good", hidden=8))
-    params, value = model.policies["p"](*example_inputs(s, 5))
+    params, value, _ = model.policies["p"](*example_inputs(s, 0, 5))
     assert params.shape == (5, 3) and value.shape == (5,)
     box = spec(VEC, action=ActionSpec("gaussian", (3,), (3,), low=(-1.0,) * 3, high=(1.0,) * 3))
-    params, _ = build_model((box,), custom(f"{user_module}:Good")).policies["p"](*example_inputs(box, 2))
+    params, _, _ = build_model((box,), custom(f"{user_module}:Good")).policies["p"](*example_inputs(box, 0, 2))
     assert params.shape == (2, 6)  # marl appends the learned log-std to the user's means
 
 

@@ -71,11 +71,12 @@ def test_atari_trains_with_the_nature_cnn_on_uint8_frames(train):
     assert conv.shape == (32, 4, 8, 8)  # the Nature-DQN CNN's first layer
 
 
-def readme_example() -> str:
+def readme_example(recurrent: bool = False) -> str:
+    """The README's custom network example (or its recurrent one), as code."""
     text = (ROOT / "README.md").read_text()
-    block = re.search(r"### Your own network.*?```python\n(.*?)```", text, re.S)
-    assert block, "README has no custom network example"
-    return block.group(1)
+    blocks = re.findall(r"```python\n(.*?)```", text[text.index("### Your own network"):], re.S)
+    assert len(blocks) >= 2, "README has no custom network examples"
+    return blocks[1 if recurrent else 0]
 
 
 def test_the_readme_custom_network_trains_resumes_and_evaluates(train, tmp_path):

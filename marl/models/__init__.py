@@ -1,4 +1,4 @@
-"""Networks: every policy of a run in one module, built-in (encoder -> MLP -> heads) or the user's own.
+"""Networks: every policy of a run in one module, built-in (encoder -> core -> MLP -> heads) or the user's own.
 
 A run's network is described by plain data (`network_of(cfg)`: the built-in's encoder and widths,
 or a `--model module:Class` with its kwargs), which checkpoints and `policy.pt` keep, so that any
@@ -12,6 +12,7 @@ from torch import nn
 
 from envs.spaces import SpaceError
 from marl.models.actor_critic import ActorCritic
+from marl.models.core import Core
 from marl.models.custom import CustomPolicy, ModelError
 
 
@@ -19,24 +20,32 @@ def network_of(cfg) -> dict:
     """How to rebuild the run's networks, as plain values."""
     if cfg.model:
         return {"model": cfg.model, "model_kwargs": dict(cfg.model_kwargs)}
-    return {"model": "", "encoder": cfg.encoder, "hidden_sizes": list(cfg.hidden_sizes)}
+    network = {"model": "", "encoder": cfg.encoder, "hidden_sizes": list(cfg.hidden_sizes)}
+    if cfg.core != "none":  # a feed-forward network is described as before cores existed: old runs still resume
+        network.update(core=cfg.core, core_size=cfg.core_size)
+    return network
 
 
 def build_policy(spec, network: dict) -> nn.Module:
     if network["model"]:
         return CustomPolicy(spec, network["model"], network["model_kwargs"])
-    return ActorCritic(spec, tuple(network["hidden_sizes"]), network["encoder"])
+    # A network described without a core is feed-forward (network_of).
+    return ActorCritic(spec, tuple(network["hidden_sizes"]), network["encoder"], network.get("core", "none"),
+                       network.get("core_size", 64))
 
 
 def size_based_units(module: nn.Module, min_params: int) -> list[nn.Module]:
     """FSDP's size-based auto-wrap rule: in post-order, a submodule whose parameters not already in
-    a unit number at least `min_params` becomes a unit (the root takes what is left)."""
+    a unit number at least `min_params` becomes a unit (the root takes what is left). A recurrent
+    `Core` is never split: it calls its RNN once per span between episode starts, a number that
+    differs between ranks, and a unit called a different number of times on each rank would make
+    their collectives disagree."""
     units: list[nn.Module] = []
     claimed: set[int] = set()
 
     def visit(m: nn.Module) -> int:
-        free = sum(visit(child) for child in m.children())
-        free += sum(p.numel() for p in m.parameters(recurse=False) if id(p) not in claimed)
+        free = 0 if isinstance(m, Core) else sum(visit(child) for child in m.children())
+        free += sum(p.numel() for p in m.parameters(recurse=isinstance(m, Core)) if id(p) not in claimed)
         if m is not module and free >= max(min_params, 1):
             units.append(m)
             claimed.update(id(p) for p in m.parameters())
@@ -50,16 +59,22 @@ def size_based_units(module: nn.Module, min_params: int) -> list[nn.Module]:
 class PolicySet(nn.Module):
     """Every policy of a run in one module, so that one FSDP2 root and one optimizer step cover them all.
 
-    forward({policy: (obs, state or None)}) -> {policy: (params, value)}: one call for all
-    policies, because FSDP2 gathers the root's parameters in the root's own forward.
+    forward({policy: (obs, state, core, starts)}) -> {policy: (params, value, core)}: one call for
+    all policies, because FSDP2 gathers the root's parameters in the root's own forward. `state` is
+    a centralized critic's input, `core` and `starts` a recurrent policy's (else None; see
+    ActorCritic.forward for the shapes).
     """
 
     def __init__(self, specs, network: dict):
         super().__init__()
         self.policies = nn.ModuleDict({s.name: build_policy(s, network) for s in specs})
 
-    def forward(self, inputs: dict[str, tuple[dict[str, torch.Tensor], torch.Tensor | None]]):
-        return {name: self.policies[name](obs, state) for name, (obs, state) in inputs.items()}
+    def forward(self, inputs: dict[str, tuple]):
+        return {name: self.policies[name](*args) for name, args in inputs.items()}
+
+    def state_size(self, name: str) -> int:
+        """Floats of recurrent state per agent slot of policy `name`; 0 for a feed-forward network."""
+        return self.policies[name].state_size
 
     def blocks(self, min_params: int = 0) -> list[nn.Module]:
         """Candidate FSDP / activation-checkpointing units: what a built-in network declares, and
@@ -74,10 +89,17 @@ def build_model(specs, network: dict) -> PolicySet:
     return PolicySet(specs, network)
 
 
-def example_inputs(spec, batch: int = 2) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-    """Zero observations of every leaf, in its stored dtype: a dry forward's input."""
-    obs = {leaf.name: torch.zeros((batch, *leaf.shape), dtype=getattr(torch, leaf.dtype)) for leaf in spec.obs}
-    return obs, torch.zeros(batch, spec.state_dim) if spec.central else None
+def example_inputs(spec, state_size: int, batch: int = 2, steps: int = 3) -> tuple:
+    """Zero observations of every leaf in its stored dtype, [batch, ...], or for a recurrent network
+    [steps, batch, ...] with a zero state and an episode starting inside: a dry forward's input."""
+    lead = (steps, batch) if state_size else (batch,)
+    obs = {leaf.name: torch.zeros((*lead, *leaf.shape), dtype=getattr(torch, leaf.dtype)) for leaf in spec.obs}
+    state = torch.zeros(*lead, spec.state_dim) if spec.central else None
+    if not state_size:
+        return obs, state, None, None
+    starts = torch.zeros(lead, dtype=torch.bool)
+    starts[0], starts[steps // 2, 0] = True, True
+    return obs, state, torch.zeros(batch, state_size), starts
 
 
 def check_network(specs, network: dict) -> None:
@@ -93,17 +115,34 @@ def check_network(specs, network: dict) -> None:
             raise ModelError(str(e)) from None
     for spec in specs:
         policy = model.policies[spec.name]
-        want = spec.action.num_outputs
+        size = model.state_size(spec.name)
+        name, want = network["model"] or "built-in", spec.action.num_outputs
+        lead, what = ([3, 2], "sequences of 3 steps x 2 slots") if size else ([2], "a batch of 2 observations")
         try:
             with torch.no_grad():
-                out = policy(*example_inputs(spec))
+                out = policy.net(*_user_inputs(policy, example_inputs(spec, size))) if network["model"] else \
+                    policy(*example_inputs(spec, size))
         except Exception as e:  # noqa: BLE001 - a user's forward may raise anything
-            raise ModelError(f"--model {network['model'] or 'built-in'}: a dry forward on a batch of 2 observations "
-                             f"({spec.name}) failed: {type(e).__name__}: {' '.join(str(e).split())}") from None
-        if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
-            raise ModelError(f"--model {network['model']}: forward must return (head, value) tensors, got {type(out).__name__}")
-        head, value = out
-        width = want * (2 if spec.action.kind == "gaussian" else 1)
-        if tuple(head.shape) != (2, width) or tuple(value.shape) != (2,):
-            raise ModelError(f"--model {network['model']}: forward on a batch of 2 returned head {list(head.shape)} and "
-                             f"value {list(value.shape)}; expected head [2, {want}] (num_outputs) and value [2]")
+            raise ModelError(f"--model {name}: a dry forward on {what} ({spec.name}) failed: "
+                             f"{type(e).__name__}: {' '.join(str(e).split())}") from None
+        if not network["model"]:
+            continue  # the built-in network's outputs are ours to get right (tests/test_models.py)
+        returns = "(head, value, state)" if size else "(head, value)"
+        if not (isinstance(out, tuple) and len(out) == (3 if size else 2) and all(isinstance(t, torch.Tensor) for t in out)):
+            raise ModelError(f"--model {name}: forward must return {returns} tensors"
+                             f"{' (it has state_size ' + str(size) + ')' if size else ''}, got "
+                             f"{type(out).__name__}{' of ' + str(len(out)) if isinstance(out, tuple) else ''}")
+        head, value = out[0], out[1]
+        if tuple(head.shape) != (*lead, want) or tuple(value.shape) != tuple(lead):
+            raise ModelError(f"--model {name}: forward on {what} returned head {list(head.shape)} and value "
+                             f"{list(value.shape)}; expected head {[*lead, want]} (num_outputs) and value {lead}")
+        if size and tuple(out[2].shape) != (2, size):
+            raise ModelError(f"--model {name}: forward on {what} returned a state of {list(out[2].shape)}; "
+                             f"expected [2, {size}] (slots x state_size)")
+
+
+def _user_inputs(policy: CustomPolicy, inputs: tuple) -> tuple:
+    """What CustomPolicy hands the user's network, so that its own output is what gets checked."""
+    obs, _, core, starts = inputs
+    x = obs["obs"] if policy.plain else obs
+    return (x, core, starts) if policy.state_size else (x,)

@@ -16,6 +16,19 @@
 - `model_kwargs` are `--model-kwargs` (JSON, or a TOML table): plain values, saved with the run.
 - No FSDP code: the learner shards any submodule of a million parameters or more as a unit of its
   own (FSDP's size-based auto-wrap) and the rest with the root.
+
+A recurrent network says so with an attribute `state_size` (an int > 0: the floats of its state
+per agent, e.g. an LSTM's h and c side by side), and its forward takes time-major sequences:
+
+        def forward(self, obs, state, starts) -> (head, value, state)
+
+- `obs`: leaves [T, B, ...]; `state` [B, state_size], the state before step 0 (zeros when an
+  episode starts there); `starts` [T, B] bool, True where a slot's episode starts at step t:
+  the network must zero that slot's state before step t (episodes end inside a sequence).
+- returns `(head [T, B, num_outputs], value [T, B], state after step T-1 [B, state_size])`.
+- Actors call it one step at a time (T = 1), the learner over whole sequences from the state the
+  actor recorded: both must give the same numbers. `marl.models.core.Core` is a GRU/LSTM layer that
+  does the resets; a network may use it.
 """
 
 from __future__ import annotations
@@ -99,13 +112,33 @@ class CustomPolicy(nn.Module):
         except Exception as e:  # noqa: BLE001 - whatever the constructor raised, the user must fix it there
             raise ModelError(f"--model {path}: {cls.__name__}(obs_space, action_space, num_outputs, **model_kwargs) "
                              f"failed: {type(e).__name__}: {' '.join(str(e).split())}") from None
+        size = getattr(self.net, "state_size", 0)
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ModelError(f"--model {path}: state_size must be an int (0 for a feed-forward network), got {size!r}")
+        self.state_size = size
         self.log_std = nn.Parameter(torch.zeros(spec.action.num_outputs)) if spec.action.kind == "gaussian" else None
 
-    def forward(self, obs: dict[str, torch.Tensor], state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        head, value = self.net(obs["obs"] if self.plain else obs)
+    def forward(self, obs: dict[str, torch.Tensor], state: torch.Tensor | None = None, core: torch.Tensor | None = None,
+                starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        x = obs["obs"] if self.plain else obs
+        if self.state_size:
+            head, value, core = self.net(x, core, starts)
+            # Flattened time-major, as the built-in network's; copied, since FSDP2 warns of a returned view.
+            head, value = head.flatten(0, 1).clone(), value.flatten(0, 1).clone()
+        else:
+            (head, value), core = self.net(x), None
         if self.log_std is not None:
             head = torch.cat([head, self.log_std.to(head.dtype).expand_as(head)], dim=-1)
-        return head, value
+        return head, value, core
 
-    def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self(obs)[0]
+    def act(self, obs: dict[str, torch.Tensor], core: torch.Tensor | None = None,
+            starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not self.state_size:
+            return self(obs)[0], None
+        head, _, core = self(_step(obs), None, core, starts.unsqueeze(0))
+        return head, core
+
+
+def _step(obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One step as a sequence of length 1."""
+    return {k: v.unsqueeze(0) for k, v in obs.items()}
