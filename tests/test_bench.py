@@ -22,7 +22,9 @@ from tests.conftest import ROOT, processes_with_token
     (["bench/fault_soak.py", "--minutes", "0.15", "--kill-every", "4", "--actors", "3"], "reported dropped by the coordinator: 2"),
     (["bench/multiagent.py", "--smoke"], "cartpole_per_agent PPO per-agent: solved"),
     (["bench/algorithms.py", "--smoke"], "ratio after / before"),
-], ids=["collect", "train", "time_to_solve", "startup", "learner_memory", "fault_soak", "multiagent", "algorithms"])
+    (["bench/recurrent.py", "--smoke", "--parts", "speed"], "--core gru: collect"),
+], ids=["collect", "train", "time_to_solve", "startup", "learner_memory", "fault_soak", "multiagent", "algorithms",
+        "recurrent"])
 def test_bench_runs(cmd, expect, tmp_path):
     token = f"bench-{os.getpid()}-{cmd[0]}"
     env = {**os.environ, "MARL_TEST_TOKEN": token}

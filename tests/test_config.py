@@ -47,6 +47,12 @@ def test_validate_fills_machine_dependent_defaults():
     (["--env-kwargs", "[1, 2]"], "--env-kwargs expects a JSON object"),
     (["--env-kwargs", '{"render_mode": null}'], "'render_mode' is null, which a TOML config cannot hold"),
     (["--critic", "global"], "invalid choice"),
+    (["--core", "rnn"], "invalid choice"),
+    (["--core-size", "0"], "--core-size must be at least 1"),
+    (["--seq-len", "-4"], "--seq-len must be at least 1 \\(or 0 for the whole rollout\\)"),
+    (["--core", "gru", "--model", "my_nets:Net"], "--core gru is the built-in network's"),
+    (["--agents", "2", "--core", "lstm", "--actors", "1", "--envs-per-actor", "1", "--num-minibatches", "4"],
+     "--core lstm trains on whole sequences .*: 2 per learner are fewer than --num-minibatches 4"),
 ])
 def test_bad_values_are_one_line_usage_errors(argv, message):
     with pytest.raises(UsageError, match=message) as err:

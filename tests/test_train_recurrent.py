@@ -12,18 +12,28 @@ import torch
 
 from tests.conftest import ROOT, read_scalars
 
-# bench/recurrent.py runs these settings on 5 seeds (README, "Memory results"); here one seed.
-NOVEL = ("--env", "envs:CartPoleNoVel-v1", "--agents", "8", "--seed", "1", "--seq-len", "16", "--learning-rate", "1e-3")
+# bench/recurrent.py runs these settings on 5 seeds (README, "Memory results"); here one seed, a
+# short budget. Measured with seed 1 at 200k agent-steps: 291.6 with a GRU, 48.5 without memory.
+NOVEL = ("--env", "envs:CartPoleNoVel-v1", "--agents", "8", "--seed", "1", "--seq-len", "16", "--learning-rate", "1e-3",
+         "--total-steps", "200000")
 
 
-def test_memory_solves_cartpole_without_velocities_and_no_memory_does_not(train):
+def final_return(out: str) -> float:
+    m = re.search(r"mean return of the last 100 episodes: ([\d.]+)\)", out)
+    assert m, out[-1500:]
+    return float(m.group(1))
+
+
+def test_memory_is_what_balances_cartpole_without_velocities(train):
+    """The same run with and without a GRU: only the one that remembers past positions (and so
+    knows the velocities) learns to balance the pole; the other stays near random (about 20-50)."""
     r = train(*NOVEL, "--core", "gru", "--run-name", "gru")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert re.search(r"^solved: ", r.stdout, re.M), r.stdout[-1500:]
+    with_memory = final_return(r.stdout)
     r = train(*NOVEL, "--core", "none", "--run-name", "none")
     assert r.returncode == 0, r.stderr[-3000:]
-    m = re.search(r"without reaching the target \(mean return of the last 100 episodes: ([\d.]+)\)", r.stdout)
-    assert m and float(m.group(1)) < 200, r.stdout[-1500:]  # the same budget, no memory: far from 475
+    without = final_return(r.stdout)
+    assert with_memory > 200 and without < 100, (with_memory, without)
 
 
 def test_recurrent_mappo_with_mapping_async_two_learners_resume_and_evaluate(train):
@@ -37,8 +47,8 @@ def test_recurrent_mappo_with_mapping_async_two_learners_resume_and_evaluate(tra
     assert {"losses/speaker_0/policy_loss", "losses/listener_0/value_loss"} <= scalars.keys()
     payload = torch.load(train.logdir / "rmappo" / "policy.pt", weights_only=True)
     assert payload["network"]["core"] == "lstm"
-    assert any(".actor_core.cell." in k for k in payload["state_dict"])
-    assert any(".critic_core.cell." in k for k in payload["state_dict"])  # the critic remembers on its own
+    assert any(".actor_core.rnn." in k for k in payload["state_dict"])
+    assert any(".critic_core.rnn." in k for k in payload["state_dict"])  # the critic remembers on its own
     r = train("--resume", str(train.logdir / "rmappo"), "--total-steps", "9000")
     assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
     e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "rmappo"), "--episodes", "2"],
