@@ -161,7 +161,7 @@ def roofline(cfg: Config, info, n: int, seconds: float) -> dict:
                 if t >= 3 + T and time.perf_counter() - start >= seconds:
                     break
             collect = steps / (time.perf_counter() - start)
-            _, next_value = policy({leaf.name: torch.from_numpy(obs)}, None)
+            _, next_value, _ = policy({leaf.name: torch.from_numpy(obs)}, None)
     finally:
         vec.close()
     order = [(t + k) % T for k in range(T)]  # the batch: the last T steps, oldest first
@@ -198,7 +198,7 @@ def train_rate(cfg: Config, spec, model, data: dict, seconds: float) -> tuple[fl
 
     def step(idx: torch.Tensor) -> None:
         out = model({spec.name: ({leaf: data["obs"][idx]}, None)})  # through the PolicySet, as the learner
-        pd, value = out[spec.name]
+        pd, value, _ = out[spec.name]
         pi = distributions.make(spec.action, pd.float())
         loss, _ = ppo_loss(pi.log_prob(data["actions"][idx]), data["logprobs"][idx], data["advantages"][idx],
                            value.float(), data["values"][idx], data["returns"][idx], pi.entropy(),

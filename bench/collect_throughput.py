@@ -46,7 +46,7 @@ def roofline(cfg: Config, seconds: float) -> float:
     steps, start = 0, time.perf_counter()
     with torch.inference_mode():
         while time.perf_counter() - start < seconds:
-            pd, _ = model({"obs": torch.from_numpy(obs)})
+            pd, _, _ = model({"obs": torch.from_numpy(obs)})
             action, _ = distributions.make(spec.action, pd).sample()
             obs, *_ = envs.step(action.numpy())
             steps += n

@@ -124,6 +124,8 @@ def main() -> int:
         p.error(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
     if args.smoke:
         args.seeds, args.budget, args.eval_episodes = 1, 4_000, 3
+        # The recurrent variants only add a flag to a case that runs anyway (tests/test_train_recurrent.py trains them).
+        args.variants = args.variants or ",".join(v for _, vs in CASES.values() for v in vs if not v.startswith("rMAPPO"))
     with tempfile.TemporaryDirectory() as logdir:
         for case in cases:
             run_case(case, args.seeds, args.budget, args.eval_episodes, logdir,

@@ -25,7 +25,9 @@ def _hide(obs: np.ndarray) -> np.ndarray:
     return obs
 
 
-class CartPoleNoVelEnv(CartPoleEnv):
+class _HideVelocities:
+    """Zeroes the velocities of whatever CartPole (single or vector) it is mixed into."""
+
     def reset(self, *, seed=None, options=None):
         obs, info = super().reset(seed=seed, options=options)
         return _hide(obs), info
@@ -35,14 +37,12 @@ class CartPoleNoVelEnv(CartPoleEnv):
         return _hide(obs), reward, terminated, truncated, info
 
 
-class CartPoleNoVelVectorEnv(CartPoleVectorEnv):
-    def reset(self, *, seed=None, options=None):
-        obs, info = super().reset(seed=seed, options=options)
-        return _hide(obs), info
+class CartPoleNoVelEnv(_HideVelocities, CartPoleEnv):
+    pass
 
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = super().step(actions)
-        return _hide(obs), reward, terminated, truncated, info
+
+class CartPoleNoVelVectorEnv(_HideVelocities, CartPoleVectorEnv):
+    pass
 
 
 # gymnasium warns when an id is registered twice (a reload, or a second import path).

@@ -281,3 +281,22 @@ def test_parallel_env_passes_pettingzoo_parallel_api_test():
     obs, _ = env.reset(seed=0)
     assert set(obs["agent_0"]) == {"observation", "action_mask"}
     assert env.observation_space("agent_1") is env.observation_space("agent_1")
+
+
+def test_cartpole_without_velocities_is_cartpole_with_two_zeros():
+    """envs:CartPoleNoVel-v1: the same dynamics, limit and threshold as CartPole-v1, indices 1 and 3
+    zeroed, in the single env and in the vector env that marl's actors step."""
+    import envs  # noqa: F401 - registers the id
+
+    spec = gym.spec("CartPoleNoVel-v1")
+    assert spec.max_episode_steps == 500 and spec.reward_threshold == 475.0 and spec.vector_entry_point
+    for make in (lambda i: gym.make(i), lambda i: gym.make_vec(i, num_envs=3, vectorization_mode="vector_entry_point")):
+        full, hidden = make("CartPole-v1"), make("CartPoleNoVel-v1")
+        a, _ = full.reset(seed=5)
+        b, _ = hidden.reset(seed=5)
+        for _ in range(30):
+            assert np.array_equal(b[..., [0, 2]], a[..., [0, 2]]) and not b[..., [1, 3]].any()
+            action = full.action_space.sample()
+            a, ra, ta, _, _ = full.step(action)
+            b, rb, tb, _, _ = hidden.step(action)
+            assert np.array_equal(ra, rb) and np.array_equal(ta, tb)

@@ -92,6 +92,27 @@ class Good(nn.Module):
         x = torch.tanh(self.body(obs))
         return self.pi(x), self.v(x).sum(-1)
 
+class Memory(Good):
+    def __init__(self, obs_space, action_space, num_outputs, hidden=8):
+        super().__init__(obs_space, action_space, num_outputs, hidden)
+        self.gru, self.state_size = nn.GRUCell(hidden, hidden), hidden
+    def forward(self, obs, state, starts):
+        h, out = state, []
+        for t in range(obs.shape[0]):
+            h = self.gru(torch.tanh(self.body(obs[t])), h * (~starts[t]).float().unsqueeze(-1))
+            out.append(h)
+        x = torch.stack(out)
+        return self.pi(x), self.v(x).sum(-1), h
+
+class MemoryForgetsItsState(Memory):
+    def forward(self, obs, state, starts):
+        return super().forward(obs, state, starts)[:2]
+
+class MemoryOfTheWrongSize(Memory):
+    def forward(self, obs, state, starts):
+        head, value, h = super().forward(obs, state, starts)
+        return head, value, h[:, :2]
+
 class WrongShape(Good):
     def forward(self, obs):
         return self.pi(torch.tanh(self.body(obs)))[:, :1], torch.zeros(obs.shape[0])
@@ -134,6 +155,8 @@ def test_a_custom_module_follows_the_protocol(user_module):
     ("{m}:WrongShape", r"returned head \[2, 1\] and value \[2\]; expected head \[2, 3\]"),
     ("{m}:Raises", "failed: RuntimeError: no GPU found"),
     ("no_colon", "expected module:Class"),
+    ("{m}:MemoryForgetsItsState", r"forward must return \(head, value, state\) tensors \(it has state_size 8\), got tuple of 2"),
+    ("{m}:MemoryOfTheWrongSize", r"returned a state of \[2, 2\]; expected \[2, 8\]"),
 ])
 def test_a_broken_custom_module_gets_one_line(user_module, path, message):
     with pytest.raises(ModelError, match=message) as e:
@@ -159,3 +182,32 @@ def test_image_layout_takes_two_equal_axes_as_the_spatial_ones():
     assert image_layout((4, 84, 84)) == (False, (4, 84, 84))
     assert image_layout((7, 7, 3)) == (True, (3, 7, 7))
     assert image_layout((210, 160, 3)) == (True, (3, 210, 160))
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_a_recurrent_core_goes_between_any_encoder_and_the_heads(kind):
+    from marl.models.actor_critic import ActorCritic
+
+    for leaves, central in (((VEC,), False), ((DIR, GRID), False), ((VEC,), True)):
+        s = spec(*leaves, central=central)
+        net = ActorCritic(s, (16,), core=kind, core_size=8)
+        assert net.state_size == 2 * 8 * (2 if kind == "lstm" else 1)  # the actor's core, then the critic's
+        obs, state, core, starts = example_inputs(s, net.state_size, batch=2, steps=3)
+        params, value, after = net(obs, state, core, starts)
+        assert params.shape == (6, 3) and value.shape == (6,) and after.shape == (2, net.state_size)
+        # One step of act() is the first step of forward(): the same actor state and logits.
+        first = {k: v[0] for k, v in obs.items()}
+        logits, stepped = net.act(first, core, starts[0])
+        torch.testing.assert_close(logits, params[:2])
+        half = net.actor_core.state_size
+        assert torch.equal(stepped[:, half:], core[:, half:])  # act() leaves the critic's state alone
+    check_network((spec(DIR, GRID),), {**BUILTIN, "core": kind, "core_size": 8})
+
+
+def test_a_custom_recurrent_module_follows_the_protocol(user_module):
+    s = spec(VEC)
+    check_network((s,), custom(f"{user_module}:Memory"))
+    policy = build_model((s,), custom(f"{user_module}:Memory")).policies["p"]
+    assert policy.state_size == 8
+    params, value, core = policy(*example_inputs(s, 8, batch=2, steps=3))
+    assert params.shape == (6, 3) and value.shape == (6,) and core.shape == (2, 8)

@@ -1,5 +1,5 @@
-"""Recurrent policies end to end: memory is what solves CartPole without velocities, and recurrent
-MAPPO runs with policy mapping, async collection, 2 learner ranks, a resume and an evaluation."""
+"""Recurrent policies end to end: memory is what balances CartPole without velocities, and recurrent
+MAPPO runs with V-trace, policy mapping, async collection, 2 learner ranks, a resume and an evaluation."""
 
 from __future__ import annotations
 
@@ -36,12 +36,14 @@ def test_memory_is_what_balances_cartpole_without_velocities(train):
     assert with_memory > 200 and without < 100, (with_memory, without)
 
 
-def test_recurrent_mappo_with_mapping_async_two_learners_resume_and_evaluate(train):
+def test_recurrent_mappo_with_vtrace_mapping_async_two_learners_resume_and_evaluate(train):
+    """IMPALA's V-trace targets replay the whole trajectories from the recorded states on each rank
+    (tests/test_fsdp.py checks APPO's and PPO's steps on 2 ranks against 1)."""
     pytest.importorskip("mpe2")
     r = train("--env", "pettingzoo:mpe2.simple_speaker_listener_v4", "--env-kwargs", '{"max_cycles": 25}',
               "--policies", "per-agent", "--critic", "central", "--core", "lstm", "--core-size", "32",
-              "--learners", "2", "--mode", "async", "--num-steps", "25", "--seq-len", "10", "--total-steps", "6000",
-              "--run-name", "rmappo")
+              "--algo", "impala", "--learners", "2", "--mode", "async", "--num-steps", "25", "--seq-len", "10",
+              "--total-steps", "6000", "--run-name", "rmappo")
     assert r.returncode == 0, r.stderr[-3000:]
     scalars = read_scalars(train.logdir / "rmappo")
     assert {"losses/speaker_0/policy_loss", "losses/listener_0/value_loss"} <= scalars.keys()

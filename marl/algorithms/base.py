@@ -27,8 +27,9 @@ class Algorithm(Protocol):
         `needs_current`."""
 
     def minibatches(self, sizes: dict[str, int], k: int, generator: torch.Generator) -> list[dict[str, torch.Tensor]]:
-        """One pass: for each of `k` minibatches, the sample indices of each policy (`sizes`: samples
-        per policy, a multiple of k). Whole sequences for recurrent networks would be chosen here."""
+        """One pass: for each of `k` minibatches, the unit indices of each policy (`sizes`: units per
+        policy, a multiple of k). A unit is a sample, or for a recurrent network a whole sequence
+        (the learner decides which: `marl.trajectory.sequences`)."""
 
     def loss(self, new_logp: torch.Tensor, entropy: torch.Tensor, new_value: torch.Tensor,
              mb: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
