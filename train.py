@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                 cfg = dataclasses.replace(cfg, agents=len(info.agent_ids))
                 check_batch(cfg, cfg.learners)
             # A mapping or a network that cannot work fails here, before any process starts.
-            check_network(specs_of(cfg, info), network_of(cfg))
+            recurrent = check_network(specs_of(cfg, info), network_of(cfg))
+            if cfg.model:
+                check_batch(cfg, cfg.learners, recurrent)  # now that the network says whether it is recurrent
             if cfg.resume:
                 from marl.checkpoint import check_compatible
 

@@ -311,9 +311,14 @@ def validate(cfg: Config, *, gpus: int) -> Config:
     return dataclasses.replace(cfg, learners=learners, run_name=run_name)
 
 
-def check_batch(cfg: Config, learners: int) -> None:
+def check_batch(cfg: Config, learners: int, recurrent: bool | None = None) -> None:
     """The batch must split into minibatches on every learner rank; needs the number of agents
-    (`train.py` calls it again once the env has said how many it has)."""
+    (`train.py` calls it again once the env has said how many it has, and whether the network is
+    recurrent: a --model says so only once it is built; before that, --core decides)."""
+    known = recurrent is not None or not cfg.model  # a --model is recurrent or not once it is built
+    recurrent = cfg.core != "none" if recurrent is None else recurrent
+    # --seq-len without a recurrent network is accepted and unused, so that a run and the same run
+    # with --core none differ in that flag only.
     slots = cfg.actors * cfg.envs_per_actor
     if slots % learners:
         # Each learner rank computes the targets of whole env slots (an env copy's time-major steps).
@@ -322,17 +327,17 @@ def check_batch(cfg: Config, learners: int) -> None:
     # With several policies each one's samples are split on their own; the smallest may have one agent.
     agents = cfg.agents if cfg.policies == "shared" else 1
     slots = cfg.envs_per_actor * agents * cfg.actors
-    if cfg.core != "none":
+    if recurrent:
         # A recurrent network's minibatches are whole sequences: each rank needs one per minibatch.
         chunks = -(-cfg.num_steps // cfg.seq_len) if cfg.rollout == "steps" and cfg.seq_len else 1
         per_rank = chunks * slots // learners
         if per_rank < cfg.num_minibatches:
-            raise UsageError(f"--core {cfg.core} trains on whole sequences (env copy x agent x --seq-len steps): "
+            raise UsageError(f"a recurrent network trains on whole sequences (env copy x agent x --seq-len steps): "
                              f"{per_rank}{' per policy' if agents != cfg.agents else ''} per learner are fewer than "
                              f"--num-minibatches {cfg.num_minibatches}; lower --num-minibatches or --seq-len, or add env copies")
     if cfg.rollout == "steps":
         batch = cfg.num_steps * slots
-        if batch % (learners * cfg.num_minibatches) and cfg.policies == "shared" and cfg.core == "none":
+        if batch % (learners * cfg.num_minibatches) and cfg.policies == "shared" and known and not recurrent:
             raise UsageError(
                 f"the batch of {batch} agent-steps (num-steps x envs-per-actor x agents x actors) does not split into "
                 f"{cfg.num_minibatches} minibatches on {learners} learner(s); change --num-steps or --num-minibatches")

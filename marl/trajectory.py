@@ -62,7 +62,7 @@ def to_sequences(traj: Trajectory, seq_len: int, fields: dict[str, torch.Tensor]
     as the targets), `starts` [N, L] (where an episode begins inside a sequence) and each
     sequence's initial state `core_state` [N, S]."""
     T = traj["valid"].shape[0]
-    L = seq_len or T
+    L = min(seq_len, T) if seq_len else T  # one chunk (C = 1) when --seq-len is past the rollout
     C = traj["core_state"].shape[0]
     steps = {k: v for k, v in traj.items() if k not in ("rewards", "terminated", "truncated", "bootstrap_value", "next_value", "core_state")}
     steps.update(fields or {}, starts=episode_starts(traj))

@@ -52,7 +52,7 @@ def test_validate_fills_machine_dependent_defaults():
     (["--seq-len", "-4"], "--seq-len must be at least 1 \\(or 0 for the whole rollout\\)"),
     (["--core", "gru", "--model", "my_nets:Net"], "--core gru is the built-in network's"),
     (["--agents", "2", "--core", "lstm", "--actors", "1", "--envs-per-actor", "1", "--num-minibatches", "4"],
-     "--core lstm trains on whole sequences .*: 2 per learner are fewer than --num-minibatches 4"),
+     "a recurrent network trains on whole sequences .*: 2 per learner are fewer than --num-minibatches 4"),
 ])
 def test_bad_values_are_one_line_usage_errors(argv, message):
     with pytest.raises(UsageError, match=message) as err:

@@ -48,10 +48,12 @@ def test_episode_starts_follow_ends_autoreset_steps_and_departed_agents():
     term = torch.tensor([False, True, False, False, False, False, False, False])
     trunc = torch.tensor([False, False, False, False, True, False, False, False])
     starts = episode_starts({"valid": valid, "terminated": term, "truncated": trunc})
-    # Step 0: the recorded state is already zeroed. After an end (1, 4) and after invalid steps
-    # (the autoreset step 2, a departed agent's 5 and 6) the next step starts afresh.
-    assert starts.tolist() == [False, False, True, True, False, True, True, True]
-    assert fresh_after(valid, term, trunc).tolist() == [False, True, True, False, True, True, True, False]
+    # Step 0: the recorded state is already zeroed. After a termination (1) and after invalid steps
+    # (the autoreset step 2, a departed agent's 5 and 6) the next step starts afresh. Not right after
+    # the truncation at 4: step 5 holds the final observation, whose value bootstraps the truncation
+    # from the episode's memory; step 5 is invalid, so step 6 (and 7) start afresh.
+    assert starts.tolist() == [False, False, True, True, False, False, True, True]
+    assert fresh_after(valid, term, trunc).tolist() == [False, True, True, False, False, True, True, False]
 
 
 def test_sequences_cut_chunks_pad_the_last_and_come_back():

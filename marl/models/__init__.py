@@ -78,10 +78,16 @@ class PolicySet(nn.Module):
 
     def blocks(self, min_params: int = 0) -> list[nn.Module]:
         """Candidate FSDP / activation-checkpointing units: what a built-in network declares, and
-        for a user's network the submodules that FSDP's size-based rule picks."""
+        for a user's network the submodules that FSDP's size-based rule picks. A user's recurrent
+        network stays whole with the root: it may call its RNN once per span between episode
+        starts, a count that differs between ranks, and a unit called a different number of times
+        on each rank would make their collectives disagree."""
         out = []
         for p in self.policies.values():
-            out += p.blocks() if hasattr(p, "blocks") else size_based_units(p.net, min_params)
+            if hasattr(p, "blocks"):
+                out += p.blocks()
+            elif not p.state_size:
+                out += size_based_units(p.net, min_params)
         return out
 
 
@@ -102,9 +108,10 @@ def example_inputs(spec, state_size: int, batch: int = 2, steps: int = 3) -> tup
     return obs, state, torch.zeros(batch, state_size), starts
 
 
-def check_network(specs, network: dict) -> None:
+def check_network(specs, network: dict) -> bool:
     """Build the networks and run one dry forward before any process starts: a network that does
-    not fit the spaces or breaks the protocol fails here with one line (ModelError)."""
+    not fit the spaces or breaks the protocol fails here with one line (ModelError). Returns
+    whether any of them is recurrent."""
     if network["model"] and any(s.central for s in specs):
         raise ModelError(f"--model {network['model']}: a custom network brings its own critic; "
                          f"--critic central works with the built-in network only")
@@ -139,6 +146,7 @@ def check_network(specs, network: dict) -> None:
         if size and tuple(out[2].shape) != (2, size):
             raise ModelError(f"--model {name}: forward on {what} returned a state of {list(out[2].shape)}; "
                              f"expected [2, {size}] (slots x state_size)")
+    return any(model.state_size(s.name) for s in specs)
 
 
 def _user_inputs(policy: CustomPolicy, inputs: tuple) -> tuple:

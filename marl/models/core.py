@@ -14,10 +14,16 @@ from torch import nn
 
 
 def fresh_after(valid: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
-    """Whether the step after this one starts from a zero state: the episode ended here, or this was
-    no transition of an episode (a NEXT_STEP autoreset step, an agent that has left, a slot past its
-    episode quota), so the next valid step belongs to a new episode."""
-    return ~valid | terminated | truncated
+    """Whether the step after this one starts from a zero state: the episode terminated here, or
+    this was no transition of an episode (a NEXT_STEP autoreset step, an agent that has left, a slot
+    past its episode quota), so the next valid step belongs to a new episode.
+
+    Not after a truncation: the step after it is the autoreset step (or an agent's padding), whose
+    observation is the episode's final one, and its value is the truncation's bootstrap value, which
+    must read the episode's memory. The autoreset step itself is invalid, so the step after it starts
+    afresh. (`truncated` is kept in the signature so that callers pass every flag.)"""
+    del truncated
+    return ~valid | terminated
 
 
 def episode_starts(traj: dict) -> torch.Tensor:
