@@ -23,7 +23,6 @@ from marl.trajectory import Rollout
 # A slot in --rollout episodes mode may not need more than this many steps per episode; past
 # it, something (an env that never ends) is wrong and the request fails instead of hanging.
 _MAX_EPISODE_STEPS = 100_000
-_MAX_STEPS = 2 ** 62  # --seq-len 0: one chunk, however long the rollout
 
 
 class RolloutWorker:
@@ -149,7 +148,7 @@ class RolloutWorker:
             actions = []
             for g, spec in enumerate(self.specs):
                 B = self._buffers[g]
-                if self.state_sizes[g] and t % (self.cfg.seq_len or _MAX_STEPS) == 0:
+                if self.state_sizes[g] and (t % self.cfg.seq_len == 0 if self.cfg.seq_len else t == 0):
                     # The state a chunk starts from, zeroed where an episode starts: the learner replays from it.
                     self._chunk_states[g].append(torch.where(self.fresh[g].unsqueeze(-1), 0.0, self.core[g]))
                 dist, value, s, core = self._forward(g, state)
@@ -175,7 +174,7 @@ class RolloutWorker:
                 B["rewards"][t] = torch.from_numpy(rew[g])
                 term_g, trunc_g = torch.from_numpy(term[g]) & valid, torch.from_numpy(trunc[g]) & valid
                 B["terminated"][t], B["truncated"][t], B["valid"][t] = term_g, trunc_g, valid
-                self.fresh[g] = fresh_after(valid, term_g, trunc_g)
+                self.fresh[g] = fresh_after(valid, term_g)
                 self.ep_return[g] += B["rewards"][t] * valid
                 self.ep_length[g] += valid
                 done = term_g | trunc_g

@@ -46,7 +46,7 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
                 for _, j in zip(*np.nonzero(done)):
                     returns[spec.agents[j]].append(float(running[g][0, j]))
                     running[g][0, j] = 0.0
-                fresh[g] = fresh_after(valid[g], term[g], trunc[g])
+                fresh[g] = fresh_after(valid[g], term[g])
                 valid[g] = active[g].copy()
         else:
             raise RuntimeError(f"{info.env_id}: not every agent finished {episodes} episodes within {limit:,} steps")

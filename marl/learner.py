@@ -264,10 +264,8 @@ class Learner:
         if not self.state_sizes[name]:
             return pd, value, m
         valid = m["valid"]
-        N, L = valid.shape
         fields = {k: v for k, v in m.items() if k not in ("core_state", "starts", "valid")}
-        # The model's outputs are time-major [L * N, ...]; the units batch-first [N, L, ...].
-        pd, value = pd.unflatten(0, (L, N)).transpose(0, 1), value.unflatten(0, (L, N)).transpose(0, 1)
+        pd, value = _batch_first(pd, valid), _batch_first(value, valid)
         return pd[valid], value[valid], tree_map(lambda v: v[valid], fields)
 
     def replay(self, trajs: dict[str, dict]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -290,8 +288,7 @@ class Learner:
             f, (pd, value, _) = flat[spec.name], out[spec.name]
             T, S, n = trajs[spec.name]["values"].shape
             if self.state_sizes[spec.name]:
-                N, L = f["valid"].shape
-                pd, value = pd.unflatten(0, (L, N)).transpose(0, 1), value.unflatten(0, (L, N)).transpose(0, 1)  # as f
+                pd, value = _batch_first(pd, f["valid"]), _batch_first(value, f["valid"])
             logp = distributions.make(spec.action, pd.float(), f.get("action_mask")).log_prob(f["actions"])
             if self.state_sizes[spec.name]:
                 current[spec.name] = (from_sequences(logp, T, S, n), from_sequences(value.float(), T, S, n))
@@ -363,6 +360,12 @@ class Learner:
             # Nothing to gather or offload: the result aliases the live parameters, as above.
             sd = {k: v.clone() for k, v in sd.items()}
         return sd
+
+
+def _batch_first(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """A recurrent model's time-major output [L * N, ...] in the units' batch-first layout [N, L, ...]."""
+    N, L = valid.shape
+    return x.unflatten(0, (L, N)).transpose(0, 1)
 
 
 def _valid(s: dict, key: str) -> torch.Tensor:

@@ -53,7 +53,7 @@ def test_episode_starts_follow_ends_autoreset_steps_and_departed_agents():
     # the truncation at 4: step 5 holds the final observation, whose value bootstraps the truncation
     # from the episode's memory; step 5 is invalid, so step 6 (and 7) start afresh.
     assert starts.tolist() == [False, False, True, True, False, False, True, True]
-    assert fresh_after(valid, term, trunc).tolist() == [False, True, True, False, False, True, True, False]
+    assert fresh_after(valid, term).tolist() == [False, True, True, False, False, True, True, False]
 
 
 def test_sequences_cut_chunks_pad_the_last_and_come_back():

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 
-def fresh_after(valid: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+def fresh_after(valid: torch.Tensor, terminated: torch.Tensor) -> torch.Tensor:
     """Whether the step after this one starts from a zero state: the episode terminated here, or
     this was no transition of an episode (a NEXT_STEP autoreset step, an agent that has left, a slot
     past its episode quota), so the next valid step belongs to a new episode.
@@ -21,15 +21,14 @@ def fresh_after(valid: torch.Tensor, terminated: torch.Tensor, truncated: torch.
     Not after a truncation: the step after it is the autoreset step (or an agent's padding), whose
     observation is the episode's final one, and its value is the truncation's bootstrap value, which
     must read the episode's memory. The autoreset step itself is invalid, so the step after it starts
-    afresh. (`truncated` is kept in the signature so that callers pass every flag.)"""
-    del truncated
+    afresh."""
     return ~valid | terminated
 
 
 def episode_starts(traj: dict) -> torch.Tensor:
     """`starts` [T, ...] of a trajectory: step t starts afresh if step t - 1 says so. Step 0 never
     does: the actor records the state it starts a rollout chunk from already zeroed."""
-    after = fresh_after(traj["valid"], traj["terminated"], traj["truncated"])
+    after = fresh_after(traj["valid"], traj["terminated"])
     return torch.cat([torch.zeros_like(after[:1]), after[:-1]])
 
 
