@@ -22,7 +22,8 @@ def solved_step(out: str) -> int:
 
 
 def test_minigrid_empty_reaches_0_9_with_the_cnn_and_evaluates(train):
-    r = train("--env", "MiniGrid-Empty-5x5-v0", "--total-steps", "300000", "--target-return", "0.9",
+    # Seed 2 solves at 43k agent-steps (seeds 1-3: 123k, 43k, 74k; bench/time_to_solve.py has all three).
+    r = train("--env", "MiniGrid-Empty-5x5-v0", "--seed", "2", "--total-steps", "150000", "--target-return", "0.9",
               "--run-name", "grid", "--checkpoint-every", "0")
     assert r.returncode == 0, r.stderr[-3000:]
     solved_step(r.stdout)
@@ -133,5 +134,6 @@ def test_bf16_learners_take_every_observation_and_the_run_evaluates_and_resumes(
     e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "bf"), "--episodes", "1"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert e.returncode == 0 and "all agents: mean" in e.stdout, e.stderr
-    r = train("--resume", str(train.logdir / "bf"), "--total-steps", "6000")
-    assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
+    if env.startswith("MiniGrid"):  # how a bf16 checkpoint resumes does not depend on the observations: once is enough
+        r = train("--resume", str(train.logdir / "bf"), "--total-steps", "6000")
+        assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
