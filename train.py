@@ -99,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         if info.dropped:
             print(f"marl: observation keys {', '.join(info.dropped)} are left out (no network reads them); "
                   f"choose keys with --obs-keys", flush=True)
+        if not cfg.resume and not {"learning_rate", "norm_obs", "norm_reward"} & values.keys() and any(
+                s.action.continuous for s in specs_of(cfg, info)):
+            print("marl: Box actions with CartPole's defaults (learning rate 5e-3, no normalisation) learn poorly; "
+                  "start from a preset: --config configs/pendulum.toml or configs/mujoco.toml", flush=True)
         if cfg.target_return is None and info.reward_threshold is not None:
             cfg = dataclasses.replace(cfg, target_return=float(info.reward_threshold))
         check_run_dir(cfg)

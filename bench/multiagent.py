@@ -5,6 +5,8 @@ agent-steps, in sync mode so that a seed gives the same run on a busy machine):
 - coop_nav: the first-party cooperative navigation env, MAPPO (`--critic central`), IPPO
   (`--critic local`) and recurrent MAPPO (`--core gru`: a GRU in the actor and one in the critic);
 - simple_spread: PettingZoo MPE2 simple_spread_v3 (N=3, 25 steps, discrete), MAPPO and recurrent MAPPO;
+- simple_spread_continuous: the same with Box actions (`continuous_actions=True`) and --norm-obs,
+  MAPPO with the clipped Gaussian and with the tanh-squashed one;
 - speaker_listener: MPE2 simple_speaker_listener_v4, one network per agent (`--policies per-agent`:
   their spaces differ);
 - cartpole_per_agent: CartPole-v1, 4 agents with a network each, until the mean return reaches 475.
@@ -33,12 +35,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+CONTINUOUS = ["--env-kwargs", '{"N": 3, "max_cycles": 25, "continuous_actions": true}', "--norm-obs"]
+# case: (config, flags every run of the case and its random baseline take, {variant: its own flags})
 CASES = {
-    "coop_nav": ("configs/coop_nav.toml", {"MAPPO": ["--critic", "central"], "IPPO": ["--critic", "local"],
-                                           "rMAPPO": ["--critic", "central", "--core", "gru"]}),
-    "simple_spread": ("configs/simple_spread.toml", {"MAPPO": [], "rMAPPO": ["--core", "gru"]}),
-    "speaker_listener": ("configs/speaker_listener.toml", {"MAPPO per-agent": []}),
-    "cartpole_per_agent": ("configs/cartpole.toml", {"PPO per-agent": ["--agents", "4", "--policies", "per-agent"]}),
+    "coop_nav": ("configs/coop_nav.toml", [], {"MAPPO": ["--critic", "central"], "IPPO": ["--critic", "local"],
+                                               "rMAPPO": ["--critic", "central", "--core", "gru"]}),
+    "simple_spread": ("configs/simple_spread.toml", [], {"MAPPO": [], "rMAPPO": ["--core", "gru"]}),
+    # Box(0, 1, (5,)) actions: a Gaussian clipped to the bounds, or squashed into them by tanh.
+    "simple_spread_continuous": ("configs/simple_spread.toml", CONTINUOUS,
+                                 {"MAPPO": [], "MAPPO tanh": ["--action-squash", "tanh"]}),
+    "speaker_listener": ("configs/speaker_listener.toml", [], {"MAPPO per-agent": []}),
+    "cartpole_per_agent": ("configs/cartpole.toml", [], {"PPO per-agent": ["--agents", "4", "--policies", "per-agent"]}),
 }
 
 
@@ -67,15 +74,15 @@ def run_case(case: str, seeds: int, budget: int | None, episodes: int, logdir: s
     import tomllib
 
     from envs import describe
-    from marl.config import Config, load_toml
+    from marl.config import Config, parse_values
     from marl.evaluate import evaluate, random_returns
     from marl.policies import specs_of
 
-    config, variants = CASES[case]
-    variants = {k: v for k, v in variants.items() if not only or k in only}
+    config, common, variants = CASES[case]
+    variants = {k: common + v for k, v in variants.items() if not only or k in only}
     if case == "cartpole_per_agent":
         return run_cartpole(config, variants, seeds, budget, logdir)
-    cfg = Config(**load_toml(str(ROOT / config)))
+    cfg = Config(**parse_values(["--config", str(ROOT / config), *common]))
     info = describe(cfg.env, cfg.agents or None, cfg.env_kwargs)
     scores: dict[str, list[float]] = {}
     random = mean_return(random_returns(info, specs_of(cfg, info), episodes, seed=10_000))
@@ -125,7 +132,9 @@ def main() -> int:
     if args.smoke:
         args.seeds, args.budget, args.eval_episodes = 1, 4_000, 3
         # The recurrent variants only add a flag to a case that runs anyway (tests/test_train_recurrent.py trains them).
-        args.variants = args.variants or ",".join(v for _, vs in CASES.values() for v in vs if not v.startswith("rMAPPO"))
+        args.variants = args.variants or ",".join(v for _, _, vs in CASES.values() for v in vs if not v.startswith("rMAPPO"))
+        # Likewise the continuous case is simple_spread's with flags (tests/test_train_continuous.py trains it).
+        cases = [c for c in cases if c != "simple_spread_continuous"] if args.cases == p.get_default("cases") else cases
     with tempfile.TemporaryDirectory() as logdir:
         for case in cases:
             run_case(case, args.seeds, args.budget, args.eval_episodes, logdir,

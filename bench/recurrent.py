@@ -28,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-NOVEL = ["--env", "envs:CartPoleNoVel-v1", "--agents", "8", "--seq-len", "16", "--learning-rate", "1e-3"]
+NOVEL = ["--env", "envs:CartPoleNoVel-v1", "--agents", "8", "--seq-len", "16", "--learning-rate", "1e-3", "--norm-obs",
+         "--norm-reward"]
 CORES = ("gru", "lstm", "none")
 
 

@@ -85,9 +85,10 @@ class ActionSpec:
     """An action space as the policy's head and distribution see it.
 
     kind: "categorical" (Discrete), "multicategorical" (MultiDiscrete: independent categoricals),
-    "bernoulli" (MultiBinary), "gaussian" (Box). `shape` is the action tensor per agent-step
+    "bernoulli" (MultiBinary), "gaussian" (Box), "tanh_gaussian" (Box with `--action-squash tanh`,
+    made from a "gaussian" one by `marl.policies`). `shape` is the action tensor per agent-step
     (flat); `env_shape` the env's own; `nvec` the choices per categorical; `low`/`high` a Box's
-    bounds, which the env adapters clip to (the Gaussian is unbounded).
+    bounds, which the env adapters clip to (the Gaussian is unbounded) or squash into.
     """
 
     kind: str
@@ -99,8 +100,13 @@ class ActionSpec:
     high: tuple[float, ...] = ()
 
     @property
+    def continuous(self) -> bool:
+        """A Box action: a Gaussian, clipped by the env adapter, or tanh-squashed into the bounds."""
+        return self.kind in ("gaussian", "tanh_gaussian")
+
+    @property
     def dtype(self) -> str:
-        return "float32" if self.kind == "gaussian" else "int64"
+        return "float32" if self.continuous else "int64"
 
     @property
     def num_outputs(self) -> int:
@@ -113,7 +119,8 @@ class ActionSpec:
         return int(sum(self.nvec)) if self.kind in ("categorical", "multicategorical") else 0
 
     def describe(self) -> str:
-        names = {"categorical": "Discrete", "multicategorical": "MultiDiscrete", "bernoulli": "MultiBinary", "gaussian": "Box"}
+        names = {"categorical": "Discrete", "multicategorical": "MultiDiscrete", "bernoulli": "MultiBinary", "gaussian": "Box",
+                 "tanh_gaussian": "Box"}
         what = list(self.nvec) if self.kind in ("categorical", "multicategorical") else list(self.env_shape)
         return f"{names[self.kind]}{what}"
 
@@ -264,7 +271,13 @@ def zeros(leaf: Leaf, lead: tuple[int, ...]) -> np.ndarray:
 
 def env_action(action: ActionSpec, x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
     """Policy actions [*lead, *shape] -> what the env takes: its own shape and dtype, Box actions
-    clipped to the bounds (the policy's Gaussian is unbounded), index offsets added back."""
+    clipped to the bounds (the policy's Gaussian is unbounded) or, tanh-squashed, scaled into them
+    (`--action-squash tanh`: the policy's action is the Gaussian sample before the squash), index
+    offsets added back."""
+    if action.kind == "tanh_gaussian":
+        low, high = np.asarray(action.low, np.float32), np.asarray(action.high, np.float32)
+        x = low + (np.tanh(x.reshape(*lead, -1)) + 1) * ((high - low) / 2)
+        return x.reshape(*lead, *action.env_shape).astype(np.float32, copy=False)
     if action.kind == "gaussian":
         x = np.clip(x.reshape(*lead, -1), np.asarray(action.low, np.float32), np.asarray(action.high, np.float32))
         return x.reshape(*lead, *action.env_shape).astype(np.float32, copy=False)

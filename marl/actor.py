@@ -60,6 +60,8 @@ class RolloutWorker:
         # (its state is zeroed then). New weights keep the states, as Sample Factory and CleanRL do.
         self.core = [torch.zeros((*a.shape, size)) for a, size in zip(self.active, self.state_sizes)]
         self.fresh = [torch.ones(a.shape, dtype=torch.bool) for a in self.active]
+        # --norm-reward: each slot's discounted return so far, G = gamma * G + r, restarted after each episode.
+        self.discounted = [torch.zeros(a.shape, dtype=torch.float64) for a in self.active]
 
     def _grow(self, steps: int) -> None:
         """(Re)allocate the per-step buffers for at least `steps` steps, keeping what they hold."""
@@ -67,7 +69,7 @@ class RolloutWorker:
             return
         cap = max(steps, 2 * self._capacity)
         for g, spec in enumerate(self.specs):
-            new = allocate(step_fields(spec), (cap, self.copies, len(spec.agents)))
+            new = allocate(step_fields(spec, self.cfg.norm_reward), (cap, self.copies, len(spec.agents)))
             if self._capacity:
                 tree_map(lambda pair: pair[0][: self._capacity].copy_(pair[1]), _zip(new, self._buffers[g]))
             self._buffers[g] = new
@@ -178,6 +180,10 @@ class RolloutWorker:
                 self.ep_return[g] += B["rewards"][t] * valid
                 self.ep_length[g] += valid
                 done = term_g | trunc_g
+                if self.cfg.norm_reward:
+                    G = self.discounted[g] * self.cfg.gamma + B["rewards"][t] * valid
+                    B["discounted_return"][t] = G
+                    self.discounted[g] = G.masked_fill(done, 0.0)
                 if bool(done.any()):
                     for (c, j), ret, length in zip(done.nonzero().tolist(), self.ep_return[g][done].tolist(),
                                                    self.ep_length[g][done].tolist()):

@@ -172,7 +172,8 @@ def check_compatible(checkpoint: Path, cfg: Config, info) -> None:
     diff = _first_difference(trainer["model_shape"], want)
     if diff is not None:
         raise CheckpointError(f"--resume {checkpoint}: the checkpoint's network differs ({diff}); resume with the same "
-                         f"--agents, --model, --encoder, --hidden-sizes, --obs-keys, --policies, --agent-id-input and --critic, "
+                         f"--agents, --model, --encoder, --hidden-sizes, --core, --obs-keys, --policies, --agent-id-input, --critic, "
+                         f"--action-squash and --norm-obs, "
                          f"or start a new run")
 
 

@@ -73,9 +73,15 @@ class Config:
     vf_coef: float = _f(0.5, "value loss coefficient")
     max_grad_norm: float = _f(0.5, "clip gradients to this global norm (across all learner ranks)")
     target_kl: typing.Optional[float] = _f(None, "stop an update's epochs early when approx KL exceeds this")
+    # --- normalisation (off by default: CartPole's defaults solve it without; continuous control wants both)
+    norm_obs: bool = _f(False, "normalise every float vector observation (and a central critic's state) by a running mean and variance merged from every actor's rollouts, applied alike on actors, learners and in evaluation, saved with the weights")
+    clip_obs: float = _f(10.0, "--norm-obs: clip normalised observations to +-this")
+    norm_reward: bool = _f(False, "divide rewards by the running standard deviation of the discounted return (SB3's VecNormalize, Gymnasium's NormalizeReward); logged returns stay raw")
+    clip_reward: float = _f(10.0, "--norm-reward: clip scaled rewards to +-this")
     # --- network
     encoder: str = _f("auto", "observation encoder of the built-in network: `auto` (an MLP over vectors and one-hot discrete values, a CNN for each image-shaped Box: the Nature-DQN CNN from 36x36 up, a small conv stack below), `mlp` (flatten everything), `cnn`", choices=("auto", "mlp", "cnn"))
     hidden_sizes: tuple = _f((64, 64), "hidden layer widths of the actor and critic MLPs (after the encoder), e.g. 64,64")
+    action_squash: str = _f("clip", "Box actions: `clip` (a Gaussian whose samples the env adapter clips to the bounds) or `tanh` (a tanh-squashed Gaussian scaled to the bounds, with the log-determinant in its log-probabilities, log-std bounded to [-5, 2])", choices=("clip", "tanh"))
     core: str = _f("none", "recurrent core of the built-in network, between the encoder and the MLPs: `none`, `gru` or `lstm` (memory, for partially observed tasks; the actor and the critic get one each)", choices=("none", "gru", "lstm"))
     core_size: int = _f(64, "units of the recurrent core (--core gru|lstm)")
     seq_len: int = _f(0, "steps per training sequence of a recurrent network, each replayed from the state its actor recorded at its start; 0 = the whole rollout")
@@ -104,7 +110,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 # --help's sections: each starts at the named field and runs to the next (the order of the fields above).
 SECTIONS = {"env": "environment", "policies": "policies", "actors": "processes", "mode": "collection",
             "total_steps": "budget and stopping", "algo": "algorithm", "learning_rate": "optimisation (CleanRL's PPO names)",
-            "encoder": "network", "seed": "bookkeeping"}
+            "norm_obs": "normalisation", "encoder": "network", "seed": "bookkeeping"}
 _HINTS = typing.get_type_hints(Config)
 
 
@@ -285,6 +291,8 @@ def validate(cfg: Config, *, gpus: int) -> Config:
         ("rpc_timeout", cfg.rpc_timeout > 0, "greater than 0"),
         ("vtrace_rho", cfg.vtrace_rho > 0, "greater than 0"),
         ("vtrace_c", cfg.vtrace_c > 0, "greater than 0"),
+        ("clip_obs", cfg.clip_obs > 0, "greater than 0"),
+        ("clip_reward", cfg.clip_reward > 0, "greater than 0"),
     ]
     for name, ok, want in checks:
         v = getattr(cfg, name)

@@ -123,7 +123,41 @@ class Gaussian:
         return self.mean
 
 
-Distribution = Categorical | MultiCategorical | Bernoulli | Gaussian
+LOG_STD_BOUNDS = (-5.0, 2.0)  # a tanh-squashed Gaussian's log-std is clamped to this (as SAC implementations do)
+
+
+class TanhGaussian:
+    """Box with `--action-squash tanh`: u ~ N(mean, std), and the env acts with
+    low + (tanh(u) + 1) (high - low) / 2 (`envs.spaces.env_action`). The stored action is u: the
+    squash loses precision near the bounds, where atanh of the stored value would not give u back.
+
+    log_prob(u) is the density of the env's action, by the change of variables:
+    log N(u) - sum_i log((high_i - low_i) / 2 * (1 - tanh(u_i)^2)), with log(1 - tanh(u)^2) computed
+    as 2 (log 2 - u - softplus(-2u)), which does not underflow for large |u|. The entropy is the
+    Gaussian's (the squashed one has no closed form; SB3 estimates it from samples instead).
+    """
+
+    def __init__(self, params: torch.Tensor, log_half_range: float):
+        mean, log_std = params.chunk(2, dim=-1)
+        self.base = Gaussian(torch.cat([mean, log_std.clamp(*LOG_STD_BOUNDS)], dim=-1))
+        self.log_half_range = log_half_range  # sum_i log((high_i - low_i) / 2)
+
+    def sample(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        u, _ = self.base.sample(generator)
+        return u, self.log_prob(u)
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        log_det = 2 * (math.log(2) - action - torch.nn.functional.softplus(-2 * action))
+        return self.base.log_prob(action) - log_det.sum(-1) - self.log_half_range
+
+    def entropy(self) -> torch.Tensor:
+        return self.base.entropy()
+
+    def mode(self) -> torch.Tensor:
+        return self.base.mean
+
+
+Distribution = Categorical | MultiCategorical | Bernoulli | Gaussian | TanhGaussian
 
 
 def make(spec: ActionSpec, params: torch.Tensor, mask: torch.Tensor | None = None) -> Distribution:
@@ -136,9 +170,12 @@ def make(spec: ActionSpec, params: torch.Tensor, mask: torch.Tensor | None = Non
         return Bernoulli(params)
     if spec.kind == "gaussian":
         return Gaussian(params)
+    if spec.kind == "tanh_gaussian":
+        return TanhGaussian(params, math.fsum(math.log((h - l) / 2) for l, h in zip(spec.low, spec.high)))
     raise ValueError(f"no distribution for action kind {spec.kind!r}")
 
 
 def uniform_params(spec: ActionSpec, batch: int) -> torch.Tensor:
-    """Head outputs for the random baseline: uniform choices, fair bits, a standard normal."""
-    return torch.zeros(batch, spec.num_outputs * (2 if spec.kind == "gaussian" else 1))
+    """Head outputs for the random baseline: uniform choices, fair bits, a standard normal (squashed
+    by tanh where the policy's is)."""
+    return torch.zeros(batch, spec.num_outputs * (2 if spec.continuous else 1))

@@ -23,6 +23,7 @@ from marl.algorithms.base import learning_rate
 from marl.config import Config
 from marl.errors import NonFiniteError
 from marl.models import PolicySet, build_model, network_of
+from marl.normalize import RewardScaler
 from marl.policies import PolicySpec, specs_of
 from marl.specs import cat, get, leaves, put, time_length, trajectory_fields, tree_map
 from marl.trajectory import flatten_valid, from_sequences, sequences, to_sequences
@@ -90,16 +91,19 @@ class TrainState:
     only `state_dict` / `load_state_dict` (TorchTitan's rule), never a learner's attributes."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, generators: tuple[torch.Generator, ...],
-                 rank: int):
+                 rank: int, extra: dict | None = None):
+        """`extra`: more Statefuls by key, the same on every rank (the reward scalers)."""
         self.model, self.optimizer, self.generators = model, optimizer, generators
         self.rng_keys = [f"rng{i}.learner{rank}" for i in range(len(generators))]
+        self.extra = extra or {}
 
     def state_dict(self) -> dict:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         # get_state_dict creates the optimizer's state (zeros) so that a load has tensors to load into.
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        return {"model": model_sd, "optim": optim_sd, **{k: g.get_state() for k, g in zip(self.rng_keys, self.generators)}}
+        return {"model": model_sd, "optim": optim_sd, **{k: g.get_state() for k, g in zip(self.rng_keys, self.generators)},
+                **{k: v.state_dict() for k, v in self.extra.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         from torch.distributed.checkpoint.state_dict import set_state_dict
@@ -108,6 +112,8 @@ class TrainState:
         # A rank the saving run did not have keeps the fresh seed it was given (checkpoint.load).
         for key, g in zip(self.rng_keys, self.generators):
             g.set_state(state[key])
+        for key, v in self.extra.items():  # a checkpoint without them (--norm-reward turned on) keeps their start
+            v.load_state_dict(state[key])
 
 
 class Learner:
@@ -140,7 +146,10 @@ class Learner:
         # Which samples a policy keeps when its count is cut to the minibatches (rank 0's stream is
         # the one the coordinator used before targets moved to the learner ranks).
         self.cut_generator = torch.Generator().manual_seed(cfg.seed + 7_919 * self.rank)
-        self.state = TrainState(self.model, self.optimizer, (self.generator, self.cut_generator), self.rank)
+        # --norm-reward: each policy's statistics of the discounted return, checkpointed with the rank's state.
+        self.reward_scalers = {s.name: RewardScaler(cfg.clip_reward, device) for s in self.specs} if cfg.norm_reward else {}
+        self.state = TrainState(self.model, self.optimizer, (self.generator, self.cut_generator), self.rank,
+                                {f"reward_norm.{name}": r for name, r in self.reward_scalers.items()})
         if cfg.resume:
             checkpoint.load(self.state, Path(cfg.resume), self.group)  # a collective, like everything a Learner does
 
@@ -219,13 +228,29 @@ class Learner:
         used = torch.tensor(sum(int(d["valid"].sum()) if "valid" in d else sizes[name] for name, d in data.items()),
                             device=self.device)
         dist.all_reduce(used, group=self.group)
+        self._update_obs_stats(samples)
         return metrics, int(used)
+
+    def _update_obs_stats(self, samples: dict[str, dict]) -> None:
+        """--norm-obs: merge the batch's observations into each policy's statistics, after the
+        epochs: the batch trains under the statistics its actors acted with (its ratios start at 1),
+        and the next weights published carry the new ones."""
+        if not self.cfg.norm_obs:
+            return
+        for spec in self.specs:
+            s = samples[spec.name]
+            pick = (lambda v: v[s["valid"]]) if "valid" in s else (lambda v: v)  # noqa: E731 - sequences hold padding
+            self.model.policies[spec.name].obs_norm.update(tree_map(pick, s["obs"]), pick(s["state"]) if "state" in s
+                                                           else None, self.group)
 
     def units(self, trajs: dict[str, dict], pieces: list[tuple[int, int]]) -> dict[str, dict]:
         """Every policy's training units from this rank's trajectories: the algorithm's targets, then
         the valid steps as samples [B, ...], or a recurrent policy's sequences [N, L, ...], with the
         advantages normalised over every rank."""
         trajs = {name: tree_map(lambda v: v.to(self.device, non_blocking=True), t) for name, t in trajs.items()}
+        for name, scale in self.reward_scalers.items():
+            t = trajs[name]
+            t["rewards"] = scale(t["rewards"], t.pop("discounted_return"), t["valid"], self.group)
         current = self.replay(trajs) if self.algorithm.needs_current else {}
         samples = {}
         for spec in self.specs:
@@ -358,8 +383,11 @@ class Learner:
         sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.world == 1 and self.device.type == "cpu":
             # Nothing to gather or offload: the result aliases the live parameters, as above.
-            sd = {k: v.clone() for k, v in sd.items()}
-        return sd
+            return {k: v.clone() for k, v in sd.items()}
+        # Buffers are not sharded, so on CPU they come back as the live tensors (--norm-obs statistics,
+        # which the next update changes in place).
+        live = {b.data_ptr() for b in self.model.buffers()}
+        return {k: v.clone() if v.data_ptr() in live else v for k, v in sd.items()}
 
 
 def _batch_first(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -380,7 +408,7 @@ def _scatter(learner: Learner, spec: PolicySpec, T: int, per_rank: int, traj: di
     receive. Every field of `trajectory_fields` goes, in the same order on every rank."""
     shard: dict = {}
     n = len(spec.agents)
-    for name, (shape, dtype) in leaves(trajectory_fields(spec, learner.state_sizes[spec.name])):
+    for name, (shape, dtype) in leaves(trajectory_fields(spec, learner.state_sizes[spec.name], learner.cfg.norm_reward)):
         length = time_length(name, T, learner.cfg.seq_len)
         timed = length is not None
         lead = (length, per_rank, n) if timed else (per_rank, n)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import math
 from dataclasses import dataclass
 
 import torch
@@ -86,8 +87,10 @@ def _name(name: str, what: str) -> str:
     return name
 
 
-def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str) -> tuple[PolicySpec, ...]:
-    """The networks of a run; PolicyError if a policy's agents do not share their spaces."""
+def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str,
+                 action_squash: str = "clip") -> tuple[PolicySpec, ...]:
+    """The networks of a run; PolicyError if a policy's agents do not share their spaces, or if
+    `action_squash` "tanh" meets a Box without finite bounds to squash into."""
     specs = []
     for name, agents in assign(info.agent_ids, policies):
         first = info.specs[agents[0]]
@@ -100,14 +103,21 @@ def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str) -> 
         obs = first.obs
         if agent_id_input and len(agents) > 1:
             obs = (*obs, Leaf("agent_id", None, "discrete", (), "int64", (len(agents),), (0,)))
-        specs.append(PolicySpec(name, tuple(agents), obs, first.action, first.mask, critic == "central",
+        action = first.action
+        if action_squash == "tanh" and action.kind == "gaussian":
+            if not all(math.isfinite(x) for x in (*action.low, *action.high)):
+                raise PolicyError(f"--action-squash tanh: policy {name!r} acts in {action.describe()} with unbounded "
+                                  f"dimensions (low {list(action.low)}, high {list(action.high)}); tanh squashes into "
+                                  f"finite bounds only: use --action-squash clip")
+            action = dataclasses.replace(action, kind="tanh_gaussian")
+        specs.append(PolicySpec(name, tuple(agents), obs, action, first.mask, critic == "central",
                                 info.state_dim if critic == "central" else 0))
     return tuple(specs)
 
 
 def specs_of(cfg, info: EnvInfo) -> tuple[PolicySpec, ...]:
     """The networks of the run that `cfg` configures."""
-    return policy_specs(info, cfg.policies, cfg.agent_id_input, cfg.critic)
+    return policy_specs(info, cfg.policies, cfg.agent_id_input, cfg.critic, cfg.action_squash)
 
 
 def agent_ids(spec: PolicySpec, lead: tuple[int, ...]) -> torch.Tensor:

@@ -22,8 +22,9 @@ FLAG: Field = ((), torch.bool)
 TARGET_INPUTS = ("rewards", "terminated", "truncated", "valid")
 
 
-def step_fields(spec: PolicySpec) -> dict:
-    """Per agent-step: everything an actor records for one policy."""
+def step_fields(spec: PolicySpec, discounted_return: bool = False) -> dict:
+    """Per agent-step: everything an actor records for one policy; with `discounted_return`
+    (`--norm-reward`), the slot's running discounted return, whose spread scales the rewards."""
     fields = {
         "obs": {leaf.name: (leaf.shape, getattr(torch, leaf.dtype)) for leaf in spec.obs},
         "actions": (spec.action.shape, getattr(torch, spec.action.dtype)),
@@ -34,15 +35,17 @@ def step_fields(spec: PolicySpec) -> dict:
         fields["action_mask"] = ((spec.action.mask_size,), torch.bool)
     if spec.central:
         fields["state"] = ((spec.state_dim,), torch.float32)
+    if discounted_return:
+        fields["discounted_return"] = SCALAR
     return fields
 
 
-def trajectory_fields(spec: PolicySpec, state_size: int = 0) -> dict:
+def trajectory_fields(spec: PolicySpec, state_size: int = 0, discounted_return: bool = False) -> dict:
     """What an actor sends for one policy: every step field [T, E, n, ...], the bootstrap value of
     truncated steps [T, E, n], and `next_value`, V of the observation after the last step [E, n].
     A recurrent network (`state_size` > 0) adds `core_state` [C, E, n, state_size]: its state at
     the start of each of the C chunks of --seq-len steps (`num_chunks`), what the learner replays from."""
-    fields = {**step_fields(spec), "bootstrap_value": SCALAR, "next_value": SCALAR}
+    fields = {**step_fields(spec, discounted_return), "bootstrap_value": SCALAR, "next_value": SCALAR}
     if state_size:
         fields["core_state"] = ((state_size,), torch.float32)
     return fields
@@ -106,20 +109,20 @@ def cat(trees: list[dict]) -> dict:
 
 
 def example_trajectory(spec: PolicySpec, T: int, E: int, generator: torch.Generator, state_size: int = 0,
-                       seq_len: int = 0) -> dict:
+                       seq_len: int = 0, discounted_return: bool = False) -> dict:
     """A trajectory of every field of `trajectory_fields`, [T, E, n, ...], each value in its range:
     random observations (indices below nvec, any byte for uint8), legal actions, every step a
     valid transition and episodes that end now and then. For tests and benches of the learner."""
     n = len(spec.agents)
     kinds = {f"obs.{leaf.name}": leaf for leaf in spec.obs}
     out: dict = {}
-    for name, (shape, dtype) in leaves(trajectory_fields(spec, state_size)):
+    for name, (shape, dtype) in leaves(trajectory_fields(spec, state_size, discounted_return)):
         length = time_length(name, T, seq_len)
         lead = (E, n) if length is None else (length, E, n)
         leaf = kinds.get(name)
         if leaf is not None and leaf.kind in ("discrete", "multidiscrete"):
             x = torch.stack([torch.randint(0, k, lead, generator=generator) for k in leaf.nvec], -1).reshape(*lead, *shape)
-        elif name == "actions" and spec.action.kind != "gaussian":
+        elif name == "actions" and not spec.action.continuous:
             high = spec.action.nvec if spec.action.nvec else (2,) * math.prod(shape)
             x = torch.stack([torch.randint(0, k, lead, generator=generator) for k in high], -1).reshape(*lead, *shape)
         elif dtype == torch.bool:

@@ -23,8 +23,9 @@ from tests.conftest import ROOT, processes_with_token
     (["bench/multiagent.py", "--smoke"], "cartpole_per_agent PPO per-agent: solved"),
     (["bench/algorithms.py", "--smoke"], "ratio after / before"),
     (["bench/recurrent.py", "--smoke", "--parts", "speed"], "--core gru: collect"),
+    (["bench/continuous.py", "--smoke"], "pendulum: goal met on"),
 ], ids=["collect", "train", "time_to_solve", "startup", "learner_memory", "fault_soak", "multiagent", "algorithms",
-        "recurrent"])
+        "recurrent", "continuous"])
 def test_bench_runs(cmd, expect, tmp_path):
     token = f"bench-{os.getpid()}-{cmd[0]}"
     env = {**os.environ, "MARL_TEST_TOKEN": token}

@@ -16,6 +16,7 @@ CAT = ActionSpec("categorical", (), (), (5,), (0,))
 MULTI = ActionSpec("multicategorical", (3,), (3,), (3, 4, 2), (0, 0, 0))
 BITS = ActionSpec("bernoulli", (4,), (4,))
 BOX = ActionSpec("gaussian", (2,), (2,), low=(-1.0, -1.0), high=(1.0, 1.0))
+TANH = ActionSpec("tanh_gaussian", (3,), (3,), low=(-2.0, 0.0, -1.0), high=(2.0, 1.0, 3.0))
 
 
 def random_mask(g: torch.Generator, batch: int, n: int) -> torch.Tensor:
@@ -106,7 +107,42 @@ def test_gaussian_matches_torch():
     assert torch.equal(pi.mode(), mean)
 
 
-@pytest.mark.parametrize("spec", [CAT, MULTI, BITS, BOX], ids=lambda s: s.kind)
+def test_tanh_gaussian_is_the_density_of_the_env_action_as_torch_computes_it():
+    """u ~ N(mean, std) is stored; the env acts with low + (tanh(u) + 1)(high - low)/2. Its
+    log-probability must be torch's TransformedDistribution's for that env action."""
+    import numpy as np
+
+    from envs.spaces import env_action
+
+    g = torch.Generator().manual_seed(6)
+    mean, log_std = torch.randn(256, 3, generator=g), torch.randn(256, 3, generator=g) * 0.5
+    pi = distributions.make(TANH, torch.cat([mean, log_std], -1))
+    u, lp = pi.sample(g)
+    acted = torch.from_numpy(env_action(TANH, u.numpy(), (256,)))
+    low, high = torch.tensor(TANH.low), torch.tensor(TANH.high)
+    assert bool(((acted >= low) & (acted <= high)).all())
+    ref = td.TransformedDistribution(td.Normal(mean.double(), log_std.exp().double()),
+                                     [td.TanhTransform(), td.AffineTransform((high + low).double() / 2,
+                                                                             (high - low).double() / 2)])
+    # The reference inverts the squash: in float64, where atanh of an action near a bound still gives u back.
+    exact = low.double() + (torch.tanh(u.double()) + 1) * (high - low).double() / 2
+    torch.testing.assert_close(acted.double(), exact, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lp.double(), ref.log_prob(exact).sum(-1), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(lp, pi.log_prob(u))  # what the learner recomputes from the stored u
+    # Far in the tails the squash saturates; the log-probability stays finite (no log(0)).
+    assert torch.isfinite(pi.log_prob(torch.full((256, 3), 30.0))).all()
+    np.testing.assert_allclose(env_action(TANH, pi.mode().numpy(), (256,)),
+                               (low + (torch.tanh(mean) + 1) * (high - low) / 2).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_tanh_gaussian_bounds_its_log_std():
+    params = torch.tensor([[0.0, -20.0], [0.0, 20.0]])
+    spec = ActionSpec("tanh_gaussian", (1,), (1,), low=(-1.0,), high=(1.0,))
+    std = distributions.make(spec, params).base.log_std.squeeze(-1)
+    assert std.tolist() == list(distributions.LOG_STD_BOUNDS)
+
+
+@pytest.mark.parametrize("spec", [CAT, MULTI, BITS, BOX, TANH], ids=lambda s: s.kind)
 def test_uniform_params_give_the_random_baseline(spec):
     params = distributions.uniform_params(spec, 3)
     pi = distributions.make(spec, params)

@@ -20,12 +20,13 @@ CFG = dataclasses.replace(Config(), num_minibatches=1, update_epochs=1, seed=0, 
 
 
 def make_trajectories(specs, T: int = 16, E: int = 4, seed: int = 123, state_sizes: dict | None = None,
-                      seq_len: int = 0) -> list[dict]:
+                      seq_len: int = 0, discounted_return: bool = False) -> list[dict]:
     """One rollout's trajectories for each policy: T x E slots of every field, all valid (64 samples
     a policy by default), episodes ending now and then; 2 ranks get E/2 slots each. A recurrent
     policy's trajectories carry its chunks' initial states."""
     g = torch.Generator().manual_seed(seed)
-    return [{s.name: example_trajectory(s, T, E, g, (state_sizes or {}).get(s.name, 0), seq_len) for s in specs}]
+    return [{s.name: example_trajectory(s, T, E, g, (state_sizes or {}).get(s.name, 0), seq_len, discounted_return)
+             for s in specs}]
 
 
 def _step(rank: int, world: int, precision: str, out: str, min_block_params: int, ac: bool, agents: int) -> None:
@@ -131,7 +132,8 @@ def _step_network(rank: int, world: int, cfg: Config, out: str, extra_path: str)
         group = LearnerGroup(learner)
         before = group.gather()
         metrics, used = group.update(make_trajectories(learner.specs, seed=7, state_sizes=learner.state_sizes,
-                                                       seq_len=cfg.seq_len), global_step=0)
+                                                       seq_len=cfg.seq_len, discounted_return=cfg.norm_reward),
+                                     global_step=0)
         after = group.gather()
         group.stop()
         torch.save({"before": before, "after": after, "metrics": metrics, "used": used}, out)
@@ -147,12 +149,14 @@ def _readme_module(tmp_path) -> str:
 
 
 @pytest.mark.parametrize("network", ["cnn", "readme-custom", "readme-custom-ac", "appo", "impala", "gru-ac-appo",
-                                     "lstm-bf16"])
+                                     "lstm-bf16", "normalised-tanh-central"])
 def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
     """Trajectories in, weights out, for the small CNN on MiniGrid's uint8 image (its own FSDP unit),
     the README's custom module (sharded by FSDP's size-based rule: every submodule with parameters,
     at a threshold of 0), APPO's and IMPALA's V-trace targets, and recurrent cores (each its own
-    unit; sequences of 8 steps, whole on one rank; with activation checkpointing, V-trace, bf16)."""
+    unit; sequences of 8 steps, whole on one rank; with activation checkpointing, V-trace, bf16), and
+    observation and reward normalisation with a tanh-squashed Box action and a central critic (the
+    statistics merged over both ranks: after the step they are the moments of the whole batch)."""
     tol = 1e-5
     if network.startswith(("gru", "lstm")):
         core, *extra = network.split("-")
@@ -163,6 +167,9 @@ def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
     elif network == "cnn":
         pytest.importorskip("minigrid")
         cfg = dataclasses.replace(CFG, env="MiniGrid-Empty-5x5-v0")
+    elif network == "normalised-tanh-central":
+        cfg = dataclasses.replace(CFG, env="Pendulum-v1", norm_obs=True, norm_reward=True, action_squash="tanh",
+                                  critic="central")
     elif network in ("appo", "impala"):  # V-trace targets from each rank's own forward over its slots
         cfg = dataclasses.replace(CFG, algo=network)
     else:
@@ -185,3 +192,15 @@ def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
     assert two["metrics"]["grad_norm"] == pytest.approx(one["metrics"]["grad_norm"], rel=tol)
     if network == "cnn":
         assert any(".cnns.image.convs." in k for k in one["after"])
+    if network == "normalised-tanh-central":
+        from marl.policies import specs_of
+
+        (traj,) = [t["shared"] for t in make_trajectories(specs_of(cfg, describe(cfg.env, 1)), seed=7,
+                                                          discounted_return=True)]
+        for key, x in (("stats.obs", traj["obs"]["obs"]), ("state", traj["state"])):
+            x = x.reshape(-1, x.shape[-1]).double()
+            for rank_result in (one, two):
+                torch.testing.assert_close(rank_result["after"][f"policies.shared.obs_norm.{key}.mean"], x.mean(0),
+                                           rtol=1e-4, atol=1e-4)  # the prior pseudo-count of 1e-4 moves it a little
+                torch.testing.assert_close(rank_result["after"][f"policies.shared.obs_norm.{key}.var"],
+                                           x.var(0, unbiased=False), rtol=1e-4, atol=1e-4)

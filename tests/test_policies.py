@@ -81,3 +81,19 @@ def test_agent_one_hot_and_central_critic_inputs():
     assert torch.equal(Encoder(local.obs)({"obs": obs.reshape(6, 4)}), obs.reshape(6, 4))  # the observation as it is
     # A policy of one agent needs no one-hot.
     assert all(s.obs == (obs_leaf,) and size(s.obs) == 4 for s in policy_specs(info, "per-agent", True, "local"))
+
+
+def test_tanh_squashing_turns_box_policies_into_tanh_gaussians_and_needs_finite_bounds():
+    import dataclasses
+
+    info = describe("Pendulum-v1", 2)
+    (spec,) = policy_specs(info, "shared", False, "local", "tanh")
+    assert spec.action.kind == "tanh_gaussian" and spec.action.low == (-2.0,) and spec.action.continuous
+    assert policy_specs(info, "shared", False, "local")[0].action.kind == "gaussian"
+    (discrete,) = policy_specs(describe("CartPole-v1", 2), "shared", False, "local", "tanh")
+    assert discrete.action.kind == "categorical"  # only Box actions are squashed
+    unbounded = dataclasses.replace(info.specs[0], action=dataclasses.replace(info.specs[0].action, high=(float("inf"),)))
+    info = dataclasses.replace(info, specs=(unbounded, unbounded))
+    with pytest.raises(PolicyError, match="--action-squash tanh: policy 'shared' acts in Box\\[1\\] with unbounded "
+                                          "dimensions .* use --action-squash clip"):
+        policy_specs(info, "shared", False, "local", "tanh")

@@ -142,6 +142,9 @@ def _replay(rank: int, world: int, cfg: Config, out: str, break_resets: bool, pa
                             "valid": sum(int(own[name]["valid"][:, a:b].sum()) for a, b in pieces),
                             "starts_inside": int(inside.sum()),
                             "left": int((~own[name]["valid"]).sum())}
+            norm = learner.model.policies[name].obs_norm
+            if norm is not None:  # what the first update merged: the actors acted with these statistics
+                result[name]["merged"] = min([float(m.count) for m in norm.stats.values()] + [float(norm.state.count)])
         for name, (logp, value) in learner.replay(own).items():
             t = own[name]
             valid = t["valid"]
@@ -157,9 +160,11 @@ def _replay(rank: int, world: int, cfg: Config, out: str, break_resets: bool, pa
 
 @pytest.mark.parametrize("core, setting, world", [
     ("gru", "cartpole", 1), ("lstm", "cartpole", 2), ("gru", "leaving", 2), ("lstm", "leaving", 1),
-    ("readme-gru", "cartpole", 2)])
+    ("readme-gru", "cartpole", 2), ("gru", "leaving-normalised", 2)])
 def test_the_learner_replays_the_actors_log_probs_and_values(core, setting, world, tmp_path):
-    """For GRU and LSTM cores and the README's own recurrent network, on 1 and 2 learner ranks."""
+    """For GRU and LSTM cores and the README's own recurrent network, on 1 and 2 learner ranks; and
+    with --norm-obs and --norm-reward, where the first update has moved the observation statistics
+    (of the agents' views and of the central critic's state) that the actors then act with."""
     pytest.importorskip("pettingzoo")
     from tests.test_train_spaces import readme_example
 
@@ -168,7 +173,8 @@ def test_the_learner_replays_the_actors_log_probs_and_values(core, setting, worl
         dict(core=core, core_size=16, hidden_sizes=(16,))
     cfg = dataclasses.replace(Config(), actors=2, envs_per_actor=2, num_minibatches=2, update_epochs=2,
                               learning_rate=0.03, anneal_lr=False, seed=3, **network,
-                              **(CARTPOLE if setting == "cartpole" else LEAVING))
+                              **(CARTPOLE if setting == "cartpole" else LEAVING),
+                              **(dict(norm_obs=True, norm_reward=True) if setting.endswith("normalised") else {}))
     out = str(tmp_path / "replay.pt")
     run_ranks(_replay, world, tmp_path, cfg, out, False, str(tmp_path))
     for name, r in torch.load(out).items():
@@ -176,8 +182,10 @@ def test_the_learner_replays_the_actors_log_probs_and_values(core, setting, worl
         assert r["value"] < 1e-5 and r["replay_value"] < 1e-4, (name, r)
         assert r["samples"] == r["valid"] > 0  # every valid step is trained on, no padding is
         assert r["starts_all"] > 0, r  # episodes start inside the sequences
-        if setting == "leaving":
+        if setting.startswith("leaving"):
             assert r["left"] > 0  # steps where an agent had left its episode (or the autoreset step)
+        if setting.endswith("normalised"):
+            assert r["merged"] > 10, r
 
 
 def test_a_learner_that_ignores_episode_starts_fails_the_replay_test(tmp_path):

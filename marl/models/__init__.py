@@ -14,24 +14,33 @@ from envs.spaces import SpaceError
 from marl.models.actor_critic import ActorCritic
 from marl.models.core import Core
 from marl.models.custom import CustomPolicy, ModelError
+from marl.models.normalize import ObsNormalizer
 
 
 def network_of(cfg) -> dict:
     """How to rebuild the run's networks, as plain values."""
     if cfg.model:
-        return {"model": cfg.model, "model_kwargs": dict(cfg.model_kwargs)}
-    network = {"model": "", "encoder": cfg.encoder, "hidden_sizes": list(cfg.hidden_sizes)}
-    if cfg.core != "none":  # a feed-forward network is described as before cores existed: old runs still resume
+        network = {"model": cfg.model, "model_kwargs": dict(cfg.model_kwargs)}
+    else:
+        network = {"model": "", "encoder": cfg.encoder, "hidden_sizes": list(cfg.hidden_sizes)}
+    # What is off is left out, so that a network is described as before the option existed: old runs still resume.
+    if cfg.core != "none":
         network.update(core=cfg.core, core_size=cfg.core_size)
+    if cfg.norm_obs:
+        network.update(norm_obs=cfg.clip_obs)  # the clip: the normaliser's statistics are in the state dict
     return network
 
 
 def build_policy(spec, network: dict) -> nn.Module:
+    # A network described without a core is feed-forward, without norm_obs unnormalised (network_of).
     if network["model"]:
-        return CustomPolicy(spec, network["model"], network["model_kwargs"])
-    # A network described without a core is feed-forward (network_of).
-    return ActorCritic(spec, tuple(network["hidden_sizes"]), network["encoder"], network.get("core", "none"),
-                       network.get("core_size", 64))
+        policy = CustomPolicy(spec, network["model"], network["model_kwargs"])
+    else:
+        policy = ActorCritic(spec, tuple(network["hidden_sizes"]), network["encoder"], network.get("core", "none"),
+                             network.get("core_size", 64))
+    if "norm_obs" in network:
+        policy.obs_norm = ObsNormalizer(spec.obs, network["norm_obs"], spec.state_dim)
+    return policy
 
 
 def size_based_units(module: nn.Module, min_params: int) -> list[nn.Module]:

@@ -72,10 +72,13 @@ class ActorCritic(nn.Module):
             self.state_size = self.actor_core.state_size + self.critic_core.state_size
         self.actor = MLP(actor_in, hidden, spec.action.num_outputs, head_std=0.01)
         self.critic = MLP(critic_in, hidden, 1, head_std=1.0)
-        self.log_std = nn.Parameter(torch.zeros(spec.action.num_outputs)) if spec.action.kind == "gaussian" else None
+        self.log_std = nn.Parameter(torch.zeros(spec.action.num_outputs)) if spec.action.continuous else None
+        self.obs_norm = None  # --norm-obs: a marl.normalize.ObsNormalizer (set by build_policy)
 
     def forward(self, obs: dict[str, torch.Tensor], state: torch.Tensor | None = None, core: torch.Tensor | None = None,
                 starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        if self.obs_norm is not None:
+            obs, state = self.obs_norm(obs, state)
         if not self.state_size:
             x = self._encode(obs)
             c = x if self.critic_encoder is None else self.critic_encoder({**obs, "state": state})
@@ -94,6 +97,8 @@ class ActorCritic(nn.Module):
             starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The actor alone, one step (obs leaves [B, ...], `starts` [B]): what playing needs (a
         centralized critic's input is not there at play time). The critic's state passes through."""
+        if self.obs_norm is not None:
+            obs, _ = self.obs_norm(obs)
         if not self.state_size:
             return self._params(self._encode(obs)), None
         ha, hc = core.split([self.actor_core.state_size, self.critic_core.state_size], dim=-1)

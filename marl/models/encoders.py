@@ -66,7 +66,7 @@ class CNN(nn.Module):
         return self.fc(self.convs(x))
 
 
-def _key(name: str) -> str:
+def module_key(name: str) -> str:
     return name.replace(".", "__")  # a module name may not hold dots
 
 
@@ -88,8 +88,8 @@ class Encoder(nn.Module):
                 raise SpaceError(f"--encoder cnn: observation {leaf.describe()} is not image-shaped (H x W x C, C x H x W, "
                                  f"or H x W uint8, sides of 4 and up); use --encoder auto or mlp")
             if leaf.is_image and kind != "mlp":
-                self.cnns[_key(leaf.name)] = CNN(leaf)
-        self.out_dim = sum(self.cnns[_key(l.name)].out_dim if _key(l.name) in self.cnns else l.size for l in leaves)
+                self.cnns[module_key(leaf.name)] = CNN(leaf)
+        self.out_dim = sum(self.cnns[module_key(l.name)].out_dim if module_key(l.name) in self.cnns else l.size for l in leaves)
         # One float vector is its own feature vector: the network reads it as is, with no call here
         # (this is CartPole's case, where a module call is a measurable part of an actor step).
         only = leaves[0] if len(leaves) == 1 else None
@@ -99,7 +99,7 @@ class Encoder(nn.Module):
         parts = []
         for leaf in self.leaves:
             x = obs[leaf.name]
-            key = _key(leaf.name)
+            key = module_key(leaf.name)
             if key in self.cnns:
                 parts.append(self.cnns[key](x))
             elif leaf.kind == "discrete":

@@ -1,0 +1,107 @@
+"""Continuous control results: the presets in configs/ over several seeds, read from each run's log.
+
+Cases (each `train.py --config <preset>` with `--seed s`, run to its whole budget):
+- pendulum: configs/pendulum.toml, 600k agent-steps. Reports, per seed, the first step at which the
+  mean return of the last 100 episodes reached -250 (the goal: within 300k), that mean at 300k, its
+  lowest after 300k and at the end (the goal: no collapse, the end at -300 or above).
+- hopper, halfcheetah: configs/mujoco.toml on Hopper-v5 / HalfCheetah-v5, 1M agent-steps
+  (`pip install -e '.[mujoco]'`). Reports the mean of the last 100 episodes at the end and the wall time.
+
+    python bench/continuous.py --cases pendulum --seeds 5 --parallel 2
+    python bench/continuous.py --cases hopper,halfcheetah --seeds 3
+    python bench/continuous.py --smoke               # CI: a tiny budget, 1 seed
+
+`--parallel N` runs N seeds at once (faster on a quiet machine, but then wall times are not
+comparable between runs: compare wall times only from runs made one at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CASES = {
+    "pendulum": (["--config", "configs/pendulum.toml"], 600_000, 300_000, -250.0, -300.0),
+    "hopper": (["--config", "configs/mujoco.toml", "--env", "Hopper-v5"], 1_000_000, None, None, None),
+    "halfcheetah": (["--config", "configs/mujoco.toml", "--env", "HalfCheetah-v5"], 1_000_000, None, None, None),
+}
+LINE = re.compile(r"^iter +\d+ \| step +([\d,]+) \|.*\| return +(\S+) \(last (\d+)\)", re.M)
+
+
+def curve(stdout: str) -> list[tuple[int, float]]:
+    """(agent-step, mean return of the last 100 episodes) per iteration, once 100 episodes have finished."""
+    return [(int(s.replace(",", "")), float(r)) for s, r, n in LINE.findall(stdout) if int(n) == 100]
+
+
+def run(case: str, seed: int, budget: int, logdir: str) -> tuple[str, int, list[tuple[int, float]], float]:
+    args = CASES[case][0]
+    cmd = [sys.executable, str(ROOT / "train.py"), *args, "--seed", str(seed), "--total-steps", str(budget),
+           "--target-return", "1e9", "--logdir", logdir, "--run-name", f"{case}-{seed}", "--checkpoint-every", "0"]
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        sys.stderr.write(out.stdout[-2000:] + out.stderr[-3000:])
+        raise SystemExit(f"continuous: train.py failed for {case} seed {seed}")
+    return case, seed, curve(out.stdout), wall
+
+
+def report(case: str, seed: int, points: list[tuple[int, float]], wall: float) -> bool | None:
+    """One line per run; whether it met the case's goals (None: the case has none)."""
+    _, budget, by, reach, floor = CASES[case]
+    if not points:
+        print(f"{case} seed {seed}: fewer than 100 episodes finished ({wall:.0f}s)", flush=True)
+        return False if reach is not None else None
+    end = points[-1][1]
+    if reach is None:
+        print(f"{case} seed {seed}: last 100 at {points[-1][0]:,}: {end:.1f} | {wall:.0f}s wall", flush=True)
+        return None
+    first = next((s for s, r in points if r >= reach), None)
+    at = [r for s, r in points if s <= by]
+    after = [r for s, r in points if s > by]
+    ok = first is not None and first <= by and end >= floor
+    print(f"{case} seed {seed}: reached {reach:g} at {'never' if first is None else f'{first:,}'} | "
+          f"at {by:,}: {at[-1] if at else float('nan'):.1f} | lowest after: {min(after) if after else float('nan'):.1f} | "
+          f"end ({points[-1][0]:,}): {end:.1f} | {'meets' if ok else 'misses'} the goal | {wall:.0f}s wall", flush=True)
+    return ok
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", default="pendulum", help=f"comma-separated, of {', '.join(CASES)}")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--parallel", type=int, default=1, help="runs at once")
+    p.add_argument("--budget", type=int, default=0, help="agent-steps per run (default: the case's)")
+    p.add_argument("--smoke", action="store_true", help="pendulum, 1 seed, 12k agent-steps: that the bench runs")
+    args = p.parse_args()
+    cases = ["pendulum"] if args.smoke else args.cases.split(",")
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        p.error(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
+    seeds = 1 if args.smoke else args.seeds
+    with tempfile.TemporaryDirectory() as logdir, ThreadPoolExecutor(args.parallel) as pool:
+        jobs = [pool.submit(run, case, seed, 12_000 if args.smoke else args.budget or CASES[case][1], logdir)
+                for case in cases for seed in range(1, seeds + 1)]
+        results: dict[str, list] = {}
+        for job in jobs:
+            case, seed, points, wall = job.result()
+            results.setdefault(case, []).append((report(case, seed, points, wall), points))
+    for case, rs in results.items():
+        ends = sorted(pts[-1][1] for _, pts in rs if pts)
+        met = [ok for ok, _ in rs if ok is not None]
+        goal = f"goal met on {sum(met)}/{len(met)} seeds | " if met else ""
+        print(f"{case}: {goal}end of run, last 100 episodes: median {ends[len(ends) // 2] if ends else float('nan'):.1f} "
+              f"(min {ends[0] if ends else float('nan'):.1f}, max {ends[-1] if ends else float('nan'):.1f})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

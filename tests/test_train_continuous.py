@@ -1,0 +1,72 @@
+"""Continuous control end to end: the Pendulum preset learns (a short version of bench/continuous.py),
+its normalisation statistics go into checkpoints, policy.pt and a resumed run; tanh-squashed Box
+actions train and play, alone and under MAPPO; a Box env on CartPole's defaults points at the preset."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import ROOT
+
+
+def final_mean(stdout: str) -> float:
+    m = re.search(r"mean return of the last 100 episodes: (-?[\d.]+)", stdout)
+    assert m, stdout[-2000:]
+    return float(m.group(1))
+
+
+def norm_count(run) -> float:
+    sd = torch.load(run / "policy.pt", weights_only=True)["state_dict"]
+    return float(sd["policies.shared.obs_norm.stats.obs.count"])
+
+
+def evaluates(train, run) -> None:
+    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(run), "--episodes", "2"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert e.returncode == 0 and "all agents: mean" in e.stdout, e.stderr
+
+
+def test_the_pendulum_preset_learns_and_its_statistics_are_saved_and_resumed(train):
+    """Random play scores about -1,200 on Pendulum-v1; the preset's 5-seed numbers are in the README."""
+    r = train("--config", "configs/pendulum.toml", "--total-steps", "40000", "--run-name", "pend")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "start from a preset" not in r.stdout  # the preset is what the hint points at
+    assert final_mean(r.stdout) > -700, r.stdout[-1500:]
+    run = train.logdir / "pend"
+    before = norm_count(run)
+    assert before > 35_000  # every valid agent-step merged into the observation statistics
+    from torch.distributed.checkpoint import FileSystemReader
+
+    (ckpt,) = (run / "checkpoints").iterdir()
+    keys = FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
+    assert {"reward_norm.shared.var", "model.policies.shared.obs_norm.stats.obs.mean"} <= keys.keys()
+    evaluates(train, run)
+    r = train("--resume", str(run), "--total-steps", "42000")
+    assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
+    assert norm_count(run) > before  # the resumed run went on from the saved statistics, not from zero
+
+
+def test_tanh_squashed_box_actions_train_and_play_and_the_defaults_point_at_the_preset(train):
+    r = train("--env", "Pendulum-v1", "--agents", "2", "--action-squash", "tanh", "--total-steps", "3000",
+              "--run-name", "tanh")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "start from a preset: --config configs/pendulum.toml" in r.stdout
+    payload = torch.load(train.logdir / "tanh" / "policy.pt", weights_only=True)
+    assert payload["policies"][0]["action"]["kind"] == "tanh_gaussian"
+    evaluates(train, train.logdir / "tanh")
+
+
+def test_continuous_simple_spread_trains_under_mappo_with_tanh_and_normalised_observations(train):
+    pytest.importorskip("mpe2")
+    r = train("--config", "configs/simple_spread.toml", "--env-kwargs",
+              '{"N": 3, "max_cycles": 25, "continuous_actions": true}', "--norm-obs", "--norm-reward",
+              "--action-squash", "tanh", "--envs-per-actor", "4", "--total-steps", "6000", "--run-name", "spread")
+    assert r.returncode == 0, r.stderr[-3000:]
+    sd = torch.load(train.logdir / "spread" / "policy.pt", weights_only=True)["state_dict"]
+    assert float(sd["policies.shared.obs_norm.state.count"]) > 5_000  # the central critic's state is normalised too
+    evaluates(train, train.logdir / "spread")
