@@ -11,6 +11,10 @@ Cases (each `train.py --config <preset>` with `--seed s`, run to its whole budge
     python bench/continuous.py --cases hopper,halfcheetah --seeds 3
     python bench/continuous.py --smoke               # CI: a tiny budget, 1 seed
 
+`--cleanrl PATH` also runs CleanRL's `ppo_continuous_action.py` (a copy of it at PATH, with `tyro`
+installed) on the same MuJoCo task, seed and budget, one run after the other with marl's, and
+reports the mean of its last 100 episodes and its wall time beside marl's.
+
 `--parallel N` runs N seeds at once (faster on a quiet machine, but then wall times are not
 comparable between runs: compare wall times only from runs made one at a time).
 """
@@ -54,6 +58,22 @@ def run(case: str, seed: int, budget: int, logdir: str) -> tuple[str, int, list[
     return case, seed, curve(out.stdout), wall
 
 
+def run_cleanrl(path: str, case: str, seed: int, budget: int) -> tuple[float, float]:
+    """CleanRL's script on the case's env: (mean return of its last 100 episodes, wall seconds)."""
+    env = CASES[case][0][-1]
+    cmd = [sys.executable, path, "--env-id", env, "--seed", str(seed), "--total-timesteps", str(budget), "--no-cuda"]
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as cwd:  # it writes runs/ where it is started
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        sys.stderr.write(out.stdout[-2000:] + out.stderr[-3000:])
+        raise SystemExit(f"continuous: CleanRL failed for {case} seed {seed}")
+    returns = [float(r) for r in re.findall(r"episodic_return=\[?(-?[\d.]+)", out.stdout)]
+    last = returns[-100:]
+    return (sum(last) / len(last) if last else float("nan")), wall
+
+
 def report(case: str, seed: int, points: list[tuple[int, float]], wall: float) -> bool | None:
     """One line per run; whether it met the case's goals (None: the case has none)."""
     _, budget, by, reach, floor = CASES[case]
@@ -81,6 +101,7 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=1, help="runs at once")
     p.add_argument("--budget", type=int, default=0, help="agent-steps per run (default: the case's)")
     p.add_argument("--smoke", action="store_true", help="pendulum, 1 seed, 12k agent-steps: that the bench runs")
+    p.add_argument("--cleanrl", default="", help="path of CleanRL's ppo_continuous_action.py, run beside marl on MuJoCo cases")
     args = p.parse_args()
     cases = ["pendulum"] if args.smoke else args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
@@ -94,6 +115,12 @@ def main() -> int:
         for job in jobs:
             case, seed, points, wall = job.result()
             results.setdefault(case, []).append((report(case, seed, points, wall), points))
+    for case in cases if args.cleanrl else []:
+        if CASES[case][2] is None:  # the MuJoCo cases: the ones CleanRL's script runs
+            for seed in range(1, seeds + 1):
+                mean, wall = run_cleanrl(args.cleanrl, case, seed, args.budget or CASES[case][1])
+                print(f"{case} seed {seed}: CleanRL ppo_continuous_action.py: last 100 episodes {mean:.1f} | "
+                      f"{wall:.0f}s wall", flush=True)
     for case, rs in results.items():
         ends = sorted(pts[-1][1] for _, pts in rs if pts)
         met = [ok for ok, _ in rs if ok is not None]

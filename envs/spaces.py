@@ -86,9 +86,9 @@ class ActionSpec:
 
     kind: "categorical" (Discrete), "multicategorical" (MultiDiscrete: independent categoricals),
     "bernoulli" (MultiBinary), "gaussian" (Box), "tanh_gaussian" (Box with `--action-squash tanh`,
-    made from a "gaussian" one by `marl.policies`). `shape` is the action tensor per agent-step
+    made from a "gaussian" one by `marl.policies` for the policy; the env's own stays "gaussian"). `shape` is the action tensor per agent-step
     (flat); `env_shape` the env's own; `nvec` the choices per categorical; `low`/`high` a Box's
-    bounds, which the env adapters clip to (the Gaussian is unbounded) or squash into.
+    bounds, which the env adapters clip to (the Gaussian is unbounded).
     """
 
     kind: str
@@ -271,13 +271,8 @@ def zeros(leaf: Leaf, lead: tuple[int, ...]) -> np.ndarray:
 
 def env_action(action: ActionSpec, x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
     """Policy actions [*lead, *shape] -> what the env takes: its own shape and dtype, Box actions
-    clipped to the bounds (the policy's Gaussian is unbounded) or, tanh-squashed, scaled into them
-    (`--action-squash tanh`: the policy's action is the Gaussian sample before the squash), index
-    offsets added back."""
-    if action.kind == "tanh_gaussian":
-        low, high = np.asarray(action.low, np.float32), np.asarray(action.high, np.float32)
-        x = low + (np.tanh(x.reshape(*lead, -1)) + 1) * ((high - low) / 2)
-        return x.reshape(*lead, *action.env_shape).astype(np.float32, copy=False)
+    clipped to the bounds (the policy's Gaussian is unbounded; a tanh-squashed one is inside them
+    already: `marl.distributions.TanhGaussian.env_action`), index offsets added back."""
     if action.kind == "gaussian":
         x = np.clip(x.reshape(*lead, -1), np.asarray(action.low, np.float32), np.asarray(action.high, np.float32))
         return x.reshape(*lead, *action.env_shape).astype(np.float32, copy=False)

@@ -166,7 +166,7 @@ class RolloutWorker:
                     B["action_mask"][t] = self.masks[g]
                 if s is not None:
                     B["state"][t] = s
-                actions.append(action.numpy())
+                actions.append(distributions.env_action(dist, action).numpy())
             obs, rew, term, trunc, active = self.env.step(actions)
             for g, spec in enumerate(self.specs):
                 B = self._buffers[g]

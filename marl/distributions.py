@@ -1,7 +1,8 @@
 """Action distributions, built from an `ActionSpec` and the network's head output.
 
 `make(spec, params, mask)` is the only place that looks at an action kind: everything else
-calls `sample`, `log_prob`, `entropy` and `mode` on what it returns. Written as plain tensor code
+calls `sample`, `log_prob`, `entropy` and `mode` on what it returns, and `env_action(d, action)`
+for what the env is sent (the action itself, but for a tanh-squashed Gaussian's sample). Written as plain tensor code
 rather than `torch.distributions`: the actor samples every agent of every env copy each step,
 and Gumbel-max sampling is one kernel where `Categorical` builds objects and validates arguments.
 The tests check each against `torch.distributions`.
@@ -123,24 +124,30 @@ class Gaussian:
         return self.mean
 
 
-LOG_STD_BOUNDS = (-5.0, 2.0)  # a tanh-squashed Gaussian's log-std is clamped to this (as SAC implementations do)
+LOG_STD_BOUNDS = (-5.0, 2.0)  # a tanh-squashed Gaussian's log-std is kept inside these (as SAC implementations do)
+# The soft bound maps the network's 0 to a log-std of 0, as the unsquashed Gaussian starts.
+_LOG_STD_OFFSET = math.log(-LOG_STD_BOUNDS[0] / LOG_STD_BOUNDS[1])
 
 
 class TanhGaussian:
     """Box with `--action-squash tanh`: u ~ N(mean, std), and the env acts with
-    low + (tanh(u) + 1) (high - low) / 2 (`envs.spaces.env_action`). The stored action is u: the
-    squash loses precision near the bounds, where atanh of the stored value would not give u back.
+    low + (tanh(u) + 1) (high - low) / 2 (`env_action`). The stored action is u: the squash loses
+    precision near the bounds, where atanh of the stored value would not give u back.
 
     log_prob(u) is the density of the env's action, by the change of variables:
     log N(u) - sum_i log((high_i - low_i) / 2 * (1 - tanh(u_i)^2)), with log(1 - tanh(u)^2) computed
     as 2 (log 2 - u - softplus(-2u)), which does not underflow for large |u|. The entropy is the
-    Gaussian's (the squashed one has no closed form; SB3 estimates it from samples instead).
+    Gaussian's (the squashed one has no closed form; SB3 estimates it from samples instead). The
+    log-std is bounded smoothly, lo + (hi - lo) sigmoid(x + c): a hard clamp would stop its
+    gradient for good once Adam had pushed it past a bound.
     """
 
-    def __init__(self, params: torch.Tensor, log_half_range: float):
-        mean, log_std = params.chunk(2, dim=-1)
-        self.base = Gaussian(torch.cat([mean, log_std.clamp(*LOG_STD_BOUNDS)], dim=-1))
-        self.log_half_range = log_half_range  # sum_i log((high_i - low_i) / 2)
+    def __init__(self, params: torch.Tensor, low: torch.Tensor, high: torch.Tensor):
+        mean, raw = params.chunk(2, dim=-1)
+        lo, hi = LOG_STD_BOUNDS
+        self.base = Gaussian(torch.cat([mean, lo + (hi - lo) * torch.sigmoid(raw + _LOG_STD_OFFSET)], dim=-1))
+        self.low, self.half_range = low.to(mean.dtype), ((high - low) / 2).to(mean.dtype)
+        self.log_half_range = torch.log(self.half_range).sum()
 
     def sample(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         u, _ = self.base.sample(generator)
@@ -155,6 +162,10 @@ class TanhGaussian:
 
     def mode(self) -> torch.Tensor:
         return self.base.mean
+
+    def env_action(self, action: torch.Tensor) -> torch.Tensor:
+        """The stored u [B, n] -> the action the env takes, inside its bounds."""
+        return self.low + (torch.tanh(action) + 1) * self.half_range
 
 
 Distribution = Categorical | MultiCategorical | Bernoulli | Gaussian | TanhGaussian
@@ -171,8 +182,15 @@ def make(spec: ActionSpec, params: torch.Tensor, mask: torch.Tensor | None = Non
     if spec.kind == "gaussian":
         return Gaussian(params)
     if spec.kind == "tanh_gaussian":
-        return TanhGaussian(params, math.fsum(math.log((h - l) / 2) for l, h in zip(spec.low, spec.high)))
+        return TanhGaussian(params, torch.tensor(spec.low), torch.tensor(spec.high))
     raise ValueError(f"no distribution for action kind {spec.kind!r}")
+
+
+def env_action(dist: Distribution, action: torch.Tensor) -> torch.Tensor:
+    """What the env is sent for a sampled (or most likely) action: the action as the trajectory
+    stores it, but a tanh-squashed Gaussian's u squashed into the Box (the env adapters then put
+    every action into the env's own shape and dtype: `envs.spaces.env_action`)."""
+    return dist.env_action(action) if isinstance(dist, TanhGaussian) else action
 
 
 def uniform_params(spec: ActionSpec, batch: int) -> torch.Tensor:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
     """Each agent's returns over its first `episodes` whole episodes, one env copy, actions from
-    `act(spec, obs {leaf: [n_g, ...]}, mask [n_g, mask_size] or None, starts [n_g]) -> actions [n_g, ...]`
+    `act(spec, obs {leaf: [n_g, ...]}, mask [n_g, mask_size] or None, starts [n_g]) -> env actions [n_g, ...]`
     for each policy; `starts` says which agents begin an episode (a recurrent policy zeroes their state)."""
     import numpy as np
     import torch
@@ -70,7 +70,7 @@ def evaluate(run_dir: Path, episodes: int, seed: int, sample: bool) -> dict[str,
     def act(spec, obs, mask, starts):
         params, cores[spec.name] = model.policies[spec.name].act(obs, cores[spec.name], starts)
         pi = distributions.make(spec.action, params, mask)
-        return pi.sample(generator)[0] if sample else pi.mode()
+        return distributions.env_action(pi, pi.sample(generator)[0] if sample else pi.mode())
 
     return play(info, specs, act, episodes, seed)
 
@@ -86,7 +86,8 @@ def random_returns(info, specs, episodes: int, seed: int) -> dict[str, list[floa
 
     def act(spec, obs, mask, starts):
         params = distributions.uniform_params(spec.action, len(spec.agents))
-        return distributions.make(spec.action, params, mask).sample(generator)[0]
+        pi = distributions.make(spec.action, params, mask)
+        return distributions.env_action(pi, pi.sample(generator)[0])
 
     return play(info, specs, act, episodes, seed)
 

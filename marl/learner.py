@@ -75,7 +75,10 @@ def parallelize(model: PolicySet, mesh: DeviceMesh | None, precision: str, min_b
         # Sharded master weights stay fp32 and gradients reduce in fp32; only compute is bf16.
         # Blocks hand bf16 on to the next layer; the root returns fp32 for the loss.
         block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        root_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.float32)
+        # A network that normalises its observations (--norm-obs) takes them in fp32: in bf16 an offset
+        # large against the spread would be rounded away before the normaliser could take it off.
+        root_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.float32,
+                                       cast_forward_inputs=not model.normalises_inputs)
     else:
         block_mp = root_mp = MixedPrecisionPolicy()
     for block in blocks:

@@ -35,9 +35,8 @@ class RunningMoments(nn.Module):
 
     @torch.no_grad()
     def merge(self, n: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> None:
-        """Fold in a batch of `n` samples with moments (`mean`, `var`); a batch of none changes nothing."""
-        if float(n) <= 0:
-            return
+        """Fold in a batch of `n` samples with moments (`mean`, `var`). A batch of none changes
+        nothing, by the formulas themselves (no host sync to test for it)."""
         total = self.count + n
         delta = mean - self.mean
         m2 = self.var * self.count + var * n + delta.pow(2) * self.count * n / total

@@ -126,3 +126,16 @@ def test_a_stale_version_without_weights_is_a_bug_not_silence():
         assert "version" in str(e)
     else:
         raise AssertionError("acting with weights it does not hold must fail")
+
+
+def test_a_tanh_squashed_policy_sends_the_env_its_squashed_action_and_stores_u():
+    w = make_worker(env="Pendulum-v1", agents=2, num_steps=20, action_squash="tanh")
+    sent = []
+    step = w.env.step
+    w.env.step = lambda actions: (sent.append(actions[0].copy()), step(actions))[1]
+    sd = build_model(w.specs, network_of(w.cfg)).state_dict()
+    sd["policies.shared.actor.head.bias"] += 3.0  # means far past the bound: clipping and squashing differ
+    _, tr = collect(w, sd)
+    want = -2.0 + (torch.tanh(tr["actions"]) + 1) * 2.0  # Pendulum's torque is in [-2, 2]
+    torch.testing.assert_close(torch.from_numpy(sent[0]).float(), want[0])
+    assert float(tr["actions"].max()) > 2.5 and float(torch.from_numpy(sent[0]).max()) < 2.0

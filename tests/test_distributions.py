@@ -110,18 +110,15 @@ def test_gaussian_matches_torch():
 def test_tanh_gaussian_is_the_density_of_the_env_action_as_torch_computes_it():
     """u ~ N(mean, std) is stored; the env acts with low + (tanh(u) + 1)(high - low)/2. Its
     log-probability must be torch's TransformedDistribution's for that env action."""
-    import numpy as np
-
-    from envs.spaces import env_action
-
     g = torch.Generator().manual_seed(6)
-    mean, log_std = torch.randn(256, 3, generator=g), torch.randn(256, 3, generator=g) * 0.5
-    pi = distributions.make(TANH, torch.cat([mean, log_std], -1))
+    mean, raw = torch.randn(256, 3, generator=g), torch.randn(256, 3, generator=g) * 0.5
+    pi = distributions.make(TANH, torch.cat([mean, raw], -1))
     u, lp = pi.sample(g)
-    acted = torch.from_numpy(env_action(TANH, u.numpy(), (256,)))
+    acted = distributions.env_action(pi, u)
     low, high = torch.tensor(TANH.low), torch.tensor(TANH.high)
     assert bool(((acted >= low) & (acted <= high)).all())
-    ref = td.TransformedDistribution(td.Normal(mean.double(), log_std.exp().double()),
+    std = pi.base.log_std.exp().double()
+    ref = td.TransformedDistribution(td.Normal(mean.double(), std),
                                      [td.TanhTransform(), td.AffineTransform((high + low).double() / 2,
                                                                              (high - low).double() / 2)])
     # The reference inverts the squash: in float64, where atanh of an action near a bound still gives u back.
@@ -131,15 +128,17 @@ def test_tanh_gaussian_is_the_density_of_the_env_action_as_torch_computes_it():
     torch.testing.assert_close(lp, pi.log_prob(u))  # what the learner recomputes from the stored u
     # Far in the tails the squash saturates; the log-probability stays finite (no log(0)).
     assert torch.isfinite(pi.log_prob(torch.full((256, 3), 30.0))).all()
-    np.testing.assert_allclose(env_action(TANH, pi.mode().numpy(), (256,)),
-                               (low + (torch.tanh(mean) + 1) * (high - low) / 2).numpy(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(distributions.env_action(pi, pi.mode()), low + (torch.tanh(mean) + 1) * (high - low) / 2)
+    assert torch.equal(distributions.env_action(distributions.make(BOX, torch.zeros(2, 4)), u[:2, :2]), u[:2, :2])
 
 
-def test_tanh_gaussian_bounds_its_log_std():
-    params = torch.tensor([[0.0, -20.0], [0.0, 20.0]])
+def test_tanh_gaussian_bounds_its_log_std_smoothly_and_starts_at_0():
     spec = ActionSpec("tanh_gaussian", (1,), (1,), low=(-1.0,), high=(1.0,))
-    std = distributions.make(spec, params).base.log_std.squeeze(-1)
-    assert std.tolist() == list(distributions.LOG_STD_BOUNDS)
+    raw = torch.tensor([[0.0, -40.0], [0.0, 40.0], [0.0, 0.0]], requires_grad=True)
+    log_std = distributions.make(spec, raw).base.log_std.squeeze(-1)
+    torch.testing.assert_close(log_std.detach(), torch.tensor([*distributions.LOG_STD_BOUNDS, 0.0]))
+    log_std[2].backward()
+    assert raw.grad[2, 1] > 0  # inside the bounds its gradient flows
 
 
 @pytest.mark.parametrize("spec", [CAT, MULTI, BITS, BOX, TANH], ids=lambda s: s.kind)

@@ -128,6 +128,10 @@ def _step_network(rank: int, world: int, cfg: Config, out: str, extra_path: str)
     learner = Learner(cfg, describe(cfg.env, 1), dist.group.WORLD, torch.device("cpu"), 0)
     units = [m for m in learner.model.modules() if isinstance(m, FSDPModule)]
     assert (not units) if world == 1 and cfg.precision == "fp32" else len(units) == 1 + len(learner.model.blocks(0)) > 1
+    seen = []
+    for policy in learner.model.policies.values():
+        if policy.obs_norm is not None:  # what the normaliser is given: fp32 even under bf16
+            policy.obs_norm.register_forward_pre_hook(lambda m, args: seen.extend(x.dtype for x in args[0].values()))
     if rank == 0:
         group = LearnerGroup(learner)
         before = group.gather()
@@ -139,6 +143,7 @@ def _step_network(rank: int, world: int, cfg: Config, out: str, extra_path: str)
         torch.save({"before": before, "after": after, "metrics": metrics, "used": used}, out)
     else:
         follow(learner)
+    assert set(seen) <= {torch.float32} and (bool(seen) or not cfg.norm_obs), seen
 
 
 def _readme_module(tmp_path) -> str:
@@ -149,12 +154,13 @@ def _readme_module(tmp_path) -> str:
 
 
 @pytest.mark.parametrize("network", ["cnn", "readme-custom", "readme-custom-ac", "appo", "impala", "gru-ac-appo",
-                                     "lstm-bf16", "normalised-tanh-central"])
+                                     "lstm-bf16-normalised", "normalised-tanh-central"])
 def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
     """Trajectories in, weights out, for the small CNN on MiniGrid's uint8 image (its own FSDP unit),
     the README's custom module (sharded by FSDP's size-based rule: every submodule with parameters,
     at a threshold of 0), APPO's and IMPALA's V-trace targets, and recurrent cores (each its own
-    unit; sequences of 8 steps, whole on one rank; with activation checkpointing, V-trace, bf16), and
+    unit; sequences of 8 steps, whole on one rank; with activation checkpointing, V-trace, bf16 with
+    the observations normalised in fp32 before the cast), and
     observation and reward normalisation with a tanh-squashed Box action and a central critic (the
     statistics merged over both ranks: after the step they are the moments of the whole batch)."""
     tol = 1e-5
@@ -162,7 +168,7 @@ def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
         core, *extra = network.split("-")
         cfg = dataclasses.replace(CFG, core=core, core_size=16, seq_len=8, activation_checkpointing="ac" in extra,
                                   algo="appo" if "appo" in extra else "ppo",
-                                  precision="bf16" if "bf16" in extra else "fp32")
+                                  precision="bf16" if "bf16" in extra else "fp32", norm_obs="normalised" in extra)
         tol = 2e-2 if "bf16" in extra else tol
     elif network == "cnn":
         pytest.importorskip("minigrid")

@@ -81,6 +81,11 @@ class PolicySet(nn.Module):
     def forward(self, inputs: dict[str, tuple]):
         return {name: self.policies[name](*args) for name, args in inputs.items()}
 
+    @property
+    def normalises_inputs(self) -> bool:
+        """Whether a policy normalises its observations itself (--norm-obs)."""
+        return any(p.obs_norm is not None for p in self.policies.values())
+
     def state_size(self, name: str) -> int:
         """Floats of recurrent state per agent slot of policy `name`; 0 for a feed-forward network."""
         return self.policies[name].state_size
