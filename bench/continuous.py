@@ -3,7 +3,7 @@
 Cases (each `train.py --config <preset>` with `--seed s`, run to its whole budget):
 - pendulum: configs/pendulum.toml, 600k agent-steps. Reports, per seed, the first step at which the
   mean return of the last 100 episodes reached -250 (the goal: within 300k), that mean at 300k, its
-  lowest after 300k and at the end (the goal: no collapse, the end at -300 or above).
+  lowest after 300k and at the end (the goal: no collapse, every mean after 300k at -300 or above).
 - hopper, halfcheetah: configs/mujoco.toml on Hopper-v5 / HalfCheetah-v5, 1M agent-steps
   (`pip install -e '.[mujoco]'`). Reports the mean of the last 100 episodes at the end and the wall time.
 
@@ -87,7 +87,8 @@ def report(case: str, seed: int, points: list[tuple[int, float]], wall: float) -
     first = next((s for s, r in points if r >= reach), None)
     at = [r for s, r in points if s <= by]
     after = [r for s, r in points if s > by]
-    ok = first is not None and first <= by and end >= floor
+    # The goal: reached by `by`, and from then on no collapse: every mean of the last 100 at `floor` or above.
+    ok = first is not None and first <= by and min(after or [end]) >= floor
     print(f"{case} seed {seed}: reached {reach:g} at {'never' if first is None else f'{first:,}'} | "
           f"at {by:,}: {at[-1] if at else float('nan'):.1f} | lowest after: {min(after) if after else float('nan'):.1f} | "
           f"end ({points[-1][0]:,}): {end:.1f} | {'meets' if ok else 'misses'} the goal | {wall:.0f}s wall", flush=True)
@@ -100,7 +101,7 @@ def main() -> int:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--parallel", type=int, default=1, help="runs at once")
     p.add_argument("--budget", type=int, default=0, help="agent-steps per run (default: the case's)")
-    p.add_argument("--smoke", action="store_true", help="pendulum, 1 seed, 12k agent-steps: that the bench runs")
+    p.add_argument("--smoke", action="store_true", help="pendulum, 1 seed, 4k agent-steps: that the bench runs")
     p.add_argument("--cleanrl", default="", help="path of CleanRL's ppo_continuous_action.py, run beside marl on MuJoCo cases")
     args = p.parse_args()
     cases = ["pendulum"] if args.smoke else args.cases.split(",")
@@ -109,7 +110,7 @@ def main() -> int:
         p.error(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
     seeds = 1 if args.smoke else args.seeds
     with tempfile.TemporaryDirectory() as logdir, ThreadPoolExecutor(args.parallel) as pool:
-        jobs = [pool.submit(run, case, seed, 12_000 if args.smoke else args.budget or CASES[case][1], logdir)
+        jobs = [pool.submit(run, case, seed, 4_000 if args.smoke else args.budget or CASES[case][1], logdir)
                 for case in cases for seed in range(1, seeds + 1)]
         results: dict[str, list] = {}
         for job in jobs:

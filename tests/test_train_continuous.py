@@ -42,7 +42,7 @@ def test_the_pendulum_preset_learns_and_its_statistics_are_saved_and_resumed(tra
     assert before > 35_000  # every valid agent-step merged into the observation statistics
     from torch.distributed.checkpoint import FileSystemReader
 
-    (ckpt,) = (run / "checkpoints").iterdir()
+    ckpt = sorted((run / "checkpoints").iterdir())[-1]
     keys = FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
     assert {"reward_norm.shared.var", "model.policies.shared.obs_norm.stats.obs.mean"} <= keys.keys()
     evaluates(train, run)
@@ -70,3 +70,15 @@ def test_continuous_simple_spread_trains_under_mappo_with_tanh_and_normalised_ob
     sd = torch.load(train.logdir / "spread" / "policy.pt", weights_only=True)["state_dict"]
     assert float(sd["policies.shared.obs_norm.state.count"]) > 5_000  # the central critic's state is normalised too
     evaluates(train, train.logdir / "spread")
+
+
+def test_hopper_learns_with_the_mujoco_preset(train):
+    """A shorter version of bench/continuous.py's MuJoCo case: random play scores about 15 on Hopper-v5
+    (its episodes end when it falls); five updates of the preset take the mean past 45."""
+    pytest.importorskip("mujoco")
+    from tests.conftest import read_scalars
+
+    r = train("--config", "configs/mujoco.toml", "--total-steps", "10000", "--run-name", "hopper")
+    assert r.returncode == 0, r.stderr[-3000:]
+    returns = [v for _, v in read_scalars(train.logdir / "hopper")["charts/episodic_return"]]
+    assert returns[0] < 30 and returns[-1] > 45, returns
