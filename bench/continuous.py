@@ -98,7 +98,8 @@ def report(case: str, seed: int, points: list[tuple[int, float]], wall: float) -
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", default="pendulum", help=f"comma-separated, of {', '.join(CASES)}")
-    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--seeds", type=int, default=5, help="seeds per case: --first-seed, --first-seed + 1, ...")
+    p.add_argument("--first-seed", type=int, default=1)
     p.add_argument("--parallel", type=int, default=1, help="runs at once")
     p.add_argument("--budget", type=int, default=0, help="agent-steps per run (default: the case's)")
     p.add_argument("--smoke", action="store_true", help="pendulum, 1 seed, 4k agent-steps: that the bench runs")
@@ -111,14 +112,14 @@ def main() -> int:
     seeds = 1 if args.smoke else args.seeds
     with tempfile.TemporaryDirectory() as logdir, ThreadPoolExecutor(args.parallel) as pool:
         jobs = [pool.submit(run, case, seed, 4_000 if args.smoke else args.budget or CASES[case][1], logdir)
-                for case in cases for seed in range(1, seeds + 1)]
+                for case in cases for seed in range(args.first_seed, args.first_seed + seeds)]
         results: dict[str, list] = {}
         for job in jobs:
             case, seed, points, wall = job.result()
             results.setdefault(case, []).append((report(case, seed, points, wall), points))
     for case in cases if args.cleanrl else []:
         if CASES[case][2] is None:  # the MuJoCo cases: the ones CleanRL's script runs
-            for seed in range(1, seeds + 1):
+            for seed in range(args.first_seed, args.first_seed + seeds):
                 mean, wall = run_cleanrl(args.cleanrl, case, seed, args.budget or CASES[case][1])
                 print(f"{case} seed {seed}: CleanRL ppo_continuous_action.py: last 100 episodes {mean:.1f} | "
                       f"{wall:.0f}s wall", flush=True)
