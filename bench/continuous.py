@@ -12,7 +12,8 @@ Cases (each `train.py --config <preset>` with `--seed s`, run to its whole budge
     python bench/continuous.py --smoke               # CI: a tiny budget, 1 seed
 
 `--cleanrl PATH` also runs CleanRL's `ppo_continuous_action.py` (a copy of it at PATH, with `tyro`
-installed) on the same MuJoCo task, seed and budget, one run after the other with marl's, and
+installed; under Gymnasium 1.4 its `TransformObservation(...)` call needs `env.observation_space` as
+a third argument) on the same MuJoCo task, seed and budget, one run after the other with marl's, and
 reports the mean of its last 100 episodes and its wall time beside marl's.
 
 `--parallel N` runs N seeds at once (faster on a quiet machine, but then wall times are not
