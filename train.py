@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                 cfg = dataclasses.replace(cfg, agents=len(info.agent_ids))
                 check_batch(cfg, cfg.learners)
             # A mapping or a network that cannot work fails here, before any process starts.
-            recurrent = check_network(specs_of(cfg, info), network_of(cfg))
+            specs = specs_of(cfg, info)
+            recurrent = check_network(specs, network_of(cfg))
             if cfg.model:
                 check_batch(cfg, cfg.learners, recurrent)  # now that the network says whether it is recurrent
             if cfg.resume:
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"marl: observation keys {', '.join(info.dropped)} are left out (no network reads them); "
                   f"choose keys with --obs-keys", flush=True)
         if not cfg.resume and not {"learning_rate", "norm_obs", "norm_reward"} & values.keys() and any(
-                s.action.continuous for s in specs_of(cfg, info)):
+                s.action.continuous for s in specs):
             print("marl: Box actions with CartPole's defaults (learning rate 5e-3, no normalisation) learn poorly; "
                   "start from a preset: --config configs/pendulum.toml or configs/mujoco.toml", flush=True)
         if cfg.target_return is None and info.reward_threshold is not None:

@@ -242,9 +242,9 @@ class Learner:
             return
         for spec in self.specs:
             s = samples[spec.name]
-            pick = (lambda v: v[s["valid"]]) if "valid" in s else (lambda v: v)  # noqa: E731 - sequences hold padding
-            self.model.policies[spec.name].obs_norm.update(tree_map(pick, s["obs"]), pick(s["state"]) if "state" in s
-                                                           else None, self.group)
+            obs = tree_map(lambda v: _valid_steps(s, v), s["obs"])
+            state = _valid(s, "state") if "state" in s else None
+            self.model.policies[spec.name].obs_norm.update(obs, state, self.group)
 
     def units(self, trajs: dict[str, dict], pieces: list[tuple[int, int]]) -> dict[str, dict]:
         """Every policy's training units from this rank's trajectories: the algorithm's targets, then
@@ -402,7 +402,12 @@ def _batch_first(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 def _valid(s: dict, key: str) -> torch.Tensor:
     """A field's values at the valid steps of a policy's units: all of them for samples, the
     unpadded steps for sequences."""
-    return s[key][s["valid"]] if "valid" in s else s[key]
+    return _valid_steps(s, s[key])
+
+
+def _valid_steps(s: dict, x: torch.Tensor) -> torch.Tensor:
+    """`x`, a field of the units `s` (or one leaf of it), at their valid steps (see `_valid`)."""
+    return x[s["valid"]] if "valid" in s else x
 
 
 def _scatter(learner: Learner, spec: PolicySpec, T: int, per_rank: int, traj: dict | None = None) -> dict:

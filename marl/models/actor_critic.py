@@ -73,7 +73,7 @@ class ActorCritic(nn.Module):
         self.actor = MLP(actor_in, hidden, spec.action.num_outputs, head_std=0.01)
         self.critic = MLP(critic_in, hidden, 1, head_std=1.0)
         self.log_std = nn.Parameter(torch.zeros(spec.action.num_outputs)) if spec.action.continuous else None
-        self.obs_norm = None  # --norm-obs: a marl.normalize.ObsNormalizer (set by build_policy)
+        self.obs_norm = None  # --norm-obs: a marl.models.normalize.ObsNormalizer (set by build_policy)
 
     def forward(self, obs: dict[str, torch.Tensor], state: torch.Tensor | None = None, core: torch.Tensor | None = None,
                 starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

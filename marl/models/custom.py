@@ -117,7 +117,7 @@ class CustomPolicy(nn.Module):
             raise ModelError(f"--model {path}: state_size must be an int (0 for a feed-forward network), got {size!r}")
         self.state_size = size
         self.log_std = nn.Parameter(torch.zeros(spec.action.num_outputs)) if spec.action.continuous else None
-        self.obs_norm = None  # --norm-obs: a marl.normalize.ObsNormalizer (set by build_policy)
+        self.obs_norm = None  # --norm-obs: a marl.models.normalize.ObsNormalizer (set by build_policy)
 
     def forward(self, obs: dict[str, torch.Tensor], state: torch.Tensor | None = None, core: torch.Tensor | None = None,
                 starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
