@@ -38,6 +38,25 @@ def resumed_config(values: dict):
     return Config(**{**base, **values, "resume": str(ckpt), "run_name": run_dir.name, "logdir": str(run_dir.parent)})
 
 
+def torchrun_restart(values: dict) -> dict:
+    """A group that torchrun started again (its --max-restarts) goes on from the run's newest
+    complete checkpoint by itself, or starts the run over if it failed before writing one."""
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if not restart or values.get("resume") or not values.get("run_name"):
+        return values
+    from marl import checkpoint
+    from marl.config import Config
+
+    run_dir = Path(values.get("logdir", Config.logdir)) / values["run_name"]
+    newest = checkpoint.latest(run_dir)
+    if os.environ.get("RANK", "0") == "0":
+        print(f"marl: torchrun restart {restart}: " + (f"resuming from {newest}" if newest else
+              "no checkpoint was written yet, starting the run over"), flush=True)
+    if newest is None:
+        return {**values, "overwrite": True}
+    return {k: v for k, v in values.items() if k != "overwrite"} | {"resume": str(run_dir)}
+
+
 def check_run_dir(cfg) -> None:
     """Before any process starts: the log directory must be writable, and an earlier run of the same
     name is never written over unless --overwrite says so (or --resume continues it)."""
@@ -64,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     from marl.config import Config, UsageError, check_batch, parse_values, validate
 
     try:
-        values = parse_values(argv)
+        values = torchrun_restart(parse_values(argv))
         cfg = resumed_config(values) if values.get("resume") else Config(**values)
         import torch
 

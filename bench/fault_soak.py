@@ -44,40 +44,35 @@ def actor_pids(parent: int) -> dict[int, str]:
     return found
 
 
-def rate(points: list[tuple[float, int]], start: float, end: float) -> float | None:
-    inside = [(t, s) for t, s in points if start <= t <= end]
-    if len(inside) < 2:
-        return None
-    return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+MODES = {"degraded": "0", "healing": "1000"}  # --max-restarts: never, or at every kill
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--minutes", type=float, default=2.0)
-    p.add_argument("--kill-every", type=float, default=20.0, help="seconds between kills")
-    p.add_argument("--actors", type=int, default=8)
-    p.add_argument("--envs-per-actor", type=int, default=4)
-    p.add_argument("--agents", type=int, default=8)
-    p.add_argument("--target", type=float, default=475.0, help="the return the run should reach (CartPole-v1's)")
-    args = p.parse_args()
+def soak(args, mode: str) -> dict:
+    """One run of `mode`: kill an actor every --kill-every seconds while its world is training."""
     points: list[tuple[float, int]] = []
-    best = [0.0]
+    best, ready, heals, lines = [0.0], [False], [], []
     with tempfile.TemporaryDirectory() as logdir:
         cmd = [sys.executable, str(ROOT / "train.py"), "--agents", str(args.agents), "--actors", str(args.actors),
                "--envs-per-actor", str(args.envs_per_actor), "--total-steps", str(10**12), "--target-return", "1e9",
-               "--logdir", logdir, "--run-name", "soak"]
+               "--logdir", logdir, "--run-name", "soak", "--max-restarts", MODES[mode]]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         start = time.monotonic()
-        lines: list[str] = []
 
         def read() -> None:
             for line in proc.stdout:
+                now = time.monotonic() - start
                 lines.append(line)
                 m = PROGRESS.search(line)
                 if m:
-                    points.append((time.monotonic() - start, int(m.group(1).replace(",", ""))))
+                    points.append((now, int(m.group(1).replace(",", ""))))
                     if m.group(2) != "n/a":
                         best[0] = max(best[0], float(m.group(2)))
+                elif line.startswith("start-up:"):  # a world's first rollout
+                    ready[0] = True
+                    if heals and heals[-1][1] is None:
+                        heals[-1][1] = now
+                elif line.startswith("marl: healing"):
+                    ready[0] = False
 
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
@@ -91,12 +86,15 @@ def main() -> int:
             deadline = first + args.minutes * 60
             next_kill = first + args.kill_every
             while time.monotonic() - start < deadline and proc.poll() is None:
-                if time.monotonic() - start >= next_kill:
+                now = time.monotonic() - start
+                if now >= next_kill and ready[0]:  # never during a world's start-up
                     live = actor_pids(proc.pid)
                     if len(live) > 1:
                         pid, name = sorted(live.items())[0]
                         os.kill(pid, signal.SIGKILL)
-                        kills.append((time.monotonic() - start, name))
+                        kills.append((now, name))
+                        if mode == "healing":
+                            heals.append([now, None])
                     next_kill += args.kill_every
                 time.sleep(0.05)
             proc.send_signal(signal.SIGTERM)
@@ -106,24 +104,46 @@ def main() -> int:
                 proc.kill()
                 proc.wait()
         reader.join(timeout=5)
-    window = min(5.0, args.kill_every / 2)
+    healed = [line for line in lines if line.startswith("marl: healing")]
+    dropped = [line for line in lines if "failed and is dropped" in line]
+    slots = args.envs_per_actor * args.agents
+    return {
+        "kills": len(kills), "reported": len(healed if mode == "healing" else dropped), "code": proc.returncode,
+        "rate": (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]) if len(points) > 1 else 0.0,
+        "heal_seconds": [end - t for t, end in heals if end is not None],
+        # Degraded: the killed actor's episodes; healing: every actor's, at each restart.
+        "lost": len(kills) * slots * (args.actors if mode == "healing" else 1),
+        "best": best[0], "err": err_lines,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--minutes", type=float, default=2.0)
+    p.add_argument("--kill-every", type=float, default=20.0, help="seconds between kills")
+    p.add_argument("--actors", type=int, default=8)
+    p.add_argument("--envs-per-actor", type=int, default=4)
+    p.add_argument("--agents", type=int, default=8)
+    p.add_argument("--target", type=float, default=475.0, help="the return the run should reach (CartPole-v1's)")
+    p.add_argument("--modes", default="degraded,healing", help=f"comma-separated, of {', '.join(MODES)}")
+    args = p.parse_args()
     print(f"fault soak: {args.actors} actors x {args.envs_per_actor} copies x {args.agents} agents, "
-          f"one actor SIGKILLed every {args.kill_every:g}s for {args.minutes:g} min")
-    for t, name in kills:
-        before, after = rate(points, t - window, t), rate(points, t + 1.0, t + 1.0 + window)
-        fmt = lambda r: "n/a" if r is None else f"{r:,.0f}"  # noqa: E731
-        print(f"  {t:6.1f}s killed {name}: {fmt(before)} -> {fmt(after)} agent-steps/s "
-              f"(ratio {after / before:.2f})" if before and after else f"  {t:6.1f}s killed {name}: {fmt(before)} -> {fmt(after)}")
-    dropped = [line.strip() for line in lines if "failed and is dropped" in line]
-    print(f"actors killed: {len(kills)}; reported dropped by the coordinator: {len(dropped)}")
-    print(f"episodes cut short: {len(kills) * args.envs_per_actor * args.agents} "
-          f"(each killed actor's in-progress episodes; its rollout in flight was dropped too)")
-    print(f"best mean return of the last 100 episodes: {best[0]:.1f}; target {args.target:g} "
-          f"{'reached' if best[0] >= args.target else 'NOT reached'}")
-    print(f"run ended with exit code {proc.returncode} (143: stopped by the bench's SIGTERM, as planned)")
-    ok = proc.returncode == 143 and len(dropped) == len(kills)
-    if not ok:
-        sys.stderr.write("".join(err_lines[-30:]))
+          f"one actor SIGKILLed every {args.kill_every:g}s for {args.minutes:g} min (never during a start-up)")
+    ok = True
+    for mode in args.modes.split(","):
+        r = soak(args, mode)
+        heal = r["heal_seconds"]
+        heal_text = (f" | kill -> first rollout of the new world: median {sorted(heal)[len(heal) // 2]:.1f}s "
+                     f"(min {min(heal):.1f}, max {max(heal):.1f})" if heal else "")
+        print(f"{mode}: {r['kills']} actors killed, {r['reported']} reported "
+              f"{'healed' if mode == 'healing' else 'dropped'} | {r['rate']:,.0f} agent-steps/s over the run{heal_text} | "
+              f"{r['lost']} episodes lost | best mean return {r['best']:.1f}, target {args.target:g} "
+              f"{'reached' if r['best'] >= args.target else 'NOT reached'} | exit code {r['code']} (143: the bench's SIGTERM)",
+              flush=True)
+        good = r["code"] == 143 and r["reported"] == r["kills"]
+        if not good:
+            sys.stderr.write("".join(r["err"][-30:]))
+        ok = ok and good
     return 0 if ok else 1
 
 

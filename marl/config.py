@@ -44,6 +44,7 @@ class Config:
     actors: int = _f(2, "actor processes (RPC workers stepping environments)")
     envs_per_actor: int = _f(4, "environment copies owned by each actor")
     learners: int = _f(0, "learner ranks (FSDP2); 0 = one per visible GPU, or 1 without GPUs")
+    max_restarts: int = _f(3, "when an actor fails: checkpoint, end every process and start the world again at full strength, resuming from that checkpoint, up to this many times per run (then go on degraded); 0 = never (under torchrun its own --max-restarts decides)")
     # --- collection
     mode: str = _f("sync", "`sync`: collect, then learn, then publish; `async`: actors keep collecting with the newest weights they have while the learner trains (PPO's ratio against the behaviour policy corrects the lag)", choices=("sync", "async"))
     async_ahead: int = _f(1, "--mode async: finished rollouts an actor may have waiting for the learner before it pauses; more keeps actors busy and makes the policy lag larger")
@@ -275,6 +276,8 @@ def validate(cfg: Config, *, gpus: int) -> Config:
     if isinstance(cfg.policies, str) and cfg.policies not in ("shared", "per-agent"):
         raise UsageError(f"--policies must be shared, per-agent, or a JSON mapping like "
                          f"'{{\"speaker_*\": \"speaker\", \"*\": \"listener\"}}', got {cfg.policies!r}")
+    if cfg.max_restarts < 0:
+        raise UsageError(f"--max-restarts must be at least 0 (0: go on degraded when an actor fails), got {cfg.max_restarts}")
     if cfg.learners < 0:
         raise UsageError(f"--learners must be at least 1 (or 0 for one per GPU), got {cfg.learners}")
     learners = cfg.learners or max(gpus, 1)

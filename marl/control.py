@@ -59,13 +59,26 @@ class StopSignals:
             self.raise_for(self.received)
 
 
+# Rank 0's exit code for "an actor failed; the checkpoint is written: start every process again
+# from it" (sysexits' EX_TEMPFAIL). The local launcher restarts the world on it; torchrun restarts
+# its group on any failure.
+HEAL_EXIT = 75
+
+
 @dataclass
 class RunControl:
-    """What the launcher hands rank 0's main: the start-up clock and the stop signals."""
+    """What the launcher hands rank 0's main: the start-up clock, the stop signals, and how many
+    times the world may still be restarted to replace a failed actor."""
 
     clock: StartupClock
     stop: StopSignals
+    restarts_done: int = 0  # worlds started again so far in this run
+    restarts_allowed: int = 0  # at most, in all; past it a failed actor is dropped and the run goes on degraded
     peers_lost: bool = False  # set by the coordinator when it drops a process that failed
+
+    @property
+    def can_restart(self) -> bool:
+        return self.restarts_done < self.restarts_allowed
 
 
 def process_start_time() -> float | None:

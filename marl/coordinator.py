@@ -23,7 +23,7 @@ from envs import EnvInfo
 from marl import checkpoint
 from marl.actor import RolloutWorker
 from marl.config import Config
-from marl.control import RunControl, StartupClock
+from marl.control import HEAL_EXIT, RunControl, StartupClock
 from marl.errors import AllActorsLost, NonFiniteError
 from marl.learner import Learner, LearnerGroup
 from marl.logging import RunLogger
@@ -35,7 +35,7 @@ WINDOW = 100  # episodes in the "mean return" that decides when a run is solved 
 
 @dataclass
 class Result:
-    reason: str  # "target" or "budget"
+    reason: str  # "target", "budget", or "heal" (an actor failed: start every process again from the checkpoint)
     lost_actors: int
     global_step: int
     iterations: int
@@ -44,14 +44,20 @@ class Result:
     steps: int  # taken by this process: fewer than global_step after a resume
 
 
+class Heal(Exception):
+    """An actor failed and the world may be started again: the message says which and why."""
+
+
 class ActorPool:
     """The actors as the coordinator sees them: RRefs to RolloutWorkers, the policy version each
     holds, and which are still alive. An actor whose request fails (its process died, its env
-    raised, or it did not answer within --rpc-timeout) is dropped and the run goes on degraded."""
+    raised, or it did not answer within --rpc-timeout) raises Heal while `heal` is set; otherwise
+    it is dropped and the run goes on degraded."""
 
-    def __init__(self, cfg: Config, info: EnvInfo, log: Callable[[str], None] = print, seed_offset: int = 0):
+    def __init__(self, cfg: Config, info: EnvInfo, log: Callable[[str], None] = print, seed_offset: int = 0,
+                 heal: bool = False):
         """`seed_offset` gives a resumed run's actors env seeds of their own (the iteration it resumes at)."""
-        self.cfg, self.log = cfg, log
+        self.cfg, self.log, self.heal = cfg, log, heal
         self.actors = [rpc.remote(f"actor{i}", RolloutWorker, args=(cfg, info, i, seed_offset)) for i in range(cfg.actors)]
         self.held = [-1] * cfg.actors
         self.alive = [True] * cfg.actors
@@ -66,7 +72,9 @@ class ActorPool:
         lines = [line for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
         # An exception raised in the actor arrives as "On WorkerInfo(...):", its repr, its traceback.
         why = lines[1] if "On WorkerInfo" in lines[0] and len(lines) > 1 else lines[0]
-        # No replacement: torch RPC's world is fixed when it starts, so the run goes on with fewer actors.
+        if self.heal:
+            raise Heal(f"actor {i} failed: {why}")
+        # No replacement within a world: torch RPC's world is fixed when it starts.
         self.log(f"marl: actor {i} failed and is dropped ({self.live} of {len(self.actors)} left, running degraded): {why}")
         if not self.live:
             raise AllActorsLost(f"all {len(self.actors)} actors failed; the last one: {why}")
@@ -168,10 +176,12 @@ class RolloutStream:
 
 class Coordinator:
     def __init__(self, cfg: Config, info: EnvInfo, learners: LearnerGroup, logger: RunLogger, clock: StartupClock,
-                 check_stop: Callable[[], None] = lambda: None):
-        """`check_stop` raises if the run was asked to stop (a signal); it is called between iterations."""
+                 check_stop: Callable[[], None] = lambda: None, restarts: tuple[int, int] = (0, 0)):
+        """`check_stop` raises if the run was asked to stop (a signal); it is called between iterations.
+        `restarts`: (worlds started again so far, at most): while some are left, a failed actor heals the run."""
         self.cfg, self.info, self.learners, self.log, self.clock = cfg, info, learners, logger, clock
         self.check_stop = check_stop
+        self.restarts, self.restarts_allowed = restarts
         self.weights: dict[str, torch.Tensor] | None = None
 
     def run(self, resume: dict | None = None) -> Result:
@@ -179,7 +189,8 @@ class Coordinator:
         cfg, log = self.cfg, self.log
         self.clock.mark("learner")
         start = time.perf_counter()
-        actors = self.actors = ActorPool(cfg, self.info, self.log.print, seed_offset=resume["iteration"] if resume else 0)
+        actors = self.actors = ActorPool(cfg, self.info, self.log.print, seed_offset=resume["iteration"] if resume else 0,
+                                         heal=self.restarts < self.restarts_allowed)
         self.weights = self.learners.gather()
         self.recent: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self.iteration = self.global_step = self.version = self.saved = 0
@@ -208,6 +219,8 @@ class Coordinator:
                         rollouts = actors.collect(self.version, self.weights)
                     else:
                         rollouts = [stream.next() for _ in range(actors.live)]
+                except Heal as e:
+                    return self._heal(start, str(e))
                 except AllActorsLost:
                     self.save_final()  # the learner is fine; a resume with working actors goes on from here
                     raise
@@ -237,6 +250,27 @@ class Coordinator:
         finally:
             if stream is not None:
                 stream.close()
+
+    def _heal(self, start: float, why: str) -> Result:
+        """Checkpoint the last finished iteration and end this world, to be started again at full
+        strength from it; the iteration in flight is dropped with every episode it was playing."""
+        wrote = self.iteration != self.saved
+        self.save()
+        self.restarts += 1
+        self.log.scalars({"perf/restarts": self.restarts, "perf/episodes_lost": self.episodes_lost()}, self.global_step)
+        where = (f"checkpoint of iteration {self.iteration} written" if wrote else
+                 f"its checkpoint of iteration {self.iteration} is current" if self.iteration else "no iteration done yet")
+        self.log.print(f"marl: healing (restart {self.restarts} of {self.restarts_allowed}): {why}; {where}; "
+                       f"starting every process again")
+        return self._result("heal", start, None)
+
+    def episodes_lost(self) -> int:
+        """Episodes cut short by this run's restarts: each one drops the iteration in flight, and with
+        it the episode every agent slot of every actor was playing (with --rollout episodes, the
+        --episodes-per-request episodes it was playing for that request)."""
+        cfg = self.cfg
+        per_slot = cfg.episodes_per_request if cfg.rollout == "episodes" else 1
+        return self.restarts * cfg.actors * cfg.envs_per_actor * len(self.info.agent_ids) * per_slot
 
     def save_final(self) -> None:
         """The checkpoint of a run that is stopping for another reason: a failure to write it is
@@ -294,6 +328,8 @@ class Coordinator:
             "perf/coordinator_overhead": (idle + t3 - t2) / (t3 - t0),
             "perf/policy_lag": lag,
             "perf/live_actors": self.actors.live,
+            "perf/restarts": self.restarts,
+            "perf/episodes_lost": self.episodes_lost(),
             "perf/samples_per_update": used,
         }, global_step)
         mean = sum(recent) / len(recent) if recent else None
@@ -320,15 +356,18 @@ def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, contro
             print(f"marl: removed {dropped}: newer than the checkpoint this run resumes from", flush=True)
     # A resumed run drops the events the earlier process logged after its checkpoint: the curve goes on from it.
     logger = RunLogger(cfg, info.agent_ids, purge_step=resume["global_step"] + 1 if resume else None)
-    coordinator = Coordinator(cfg, info, learners, logger, control.clock, control.stop.check)
+    coordinator = Coordinator(cfg, info, learners, logger, control.clock, control.stop.check,
+                              (control.restarts_done, control.restarts_allowed))
     try:
         result = coordinator.run(resume)
-        control.peers_lost = result.lost_actors > 0
+        control.peers_lost = result.lost_actors > 0 or result.reason == "heal"
         learners.stop()
     finally:
         if coordinator.weights is not None:  # also on Ctrl-C or a NaN: the last good policy
             export_policy(cfg.run_dir / "policy.pt", coordinator.weights, info, cfg, learners.learner.specs)
         logger.close()
+    if result.reason == "heal":
+        return HEAL_EXIT
     if result.reason == "target":
         logger.print(f"solved: mean return {result.mean_return:.1f} over the last 100 episodes reached "
                      f"{cfg.target_return:g} at step {result.global_step:,} (iteration {result.iterations}) "
@@ -338,6 +377,7 @@ def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, contro
         logger.print(f"step budget of {cfg.total_steps:,} reached at step {result.global_step:,} in {result.seconds:.1f}s "
                      f"without reaching the target (mean return of the last 100 episodes: {mean})")
     if result.lost_actors:
-        logger.print(f"ran degraded: {result.lost_actors} of {cfg.actors} actors failed during the run (see above)")
+        healed = f" after {control.restarts_done} restart(s), all --max-restarts used" if control.restarts_allowed else ""
+        logger.print(f"ran degraded: {result.lost_actors} of {cfg.actors} actors failed during the run{healed} (see above)")
     logger.print(f"logs: tensorboard --logdir {cfg.logdir}   (run {cfg.run_name})")
     return 0

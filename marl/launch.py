@@ -4,14 +4,18 @@ World layout: ranks 0..L-1 are learners (rank 0 also runs the coordinator), rank
 actors. Every rank joins one RPC world and one gloo default process group; the learners also
 form their own group (NCCL on GPUs, gloo on CPU) that FSDP2 shards over.
 
-Local spawn (the default): this process becomes rank 0 and starts the others; the rendezvous
-goes through files in a private temporary directory, so no rendezvous port is opened at all. Under `torchrun`, every process is started by torchrun and reads its rank from the
-environment; the rendezvous goes through torchrun's own store.
+Local spawn (the default): this process supervises and every rank is a child of it; the
+rendezvous goes through files in a private temporary directory, so no rendezvous port is opened at
+all. When an actor fails, rank 0 checkpoints and exits with HEAL_EXIT, and the supervisor starts a
+fresh world that resumes from that checkpoint (`--max-restarts` times at most). Under `torchrun`,
+every process is started by torchrun and reads its rank from the environment; the rendezvous goes
+through torchrun's own store, and torchrun restarts the group (its own `--max-restarts`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import shutil
 import signal
@@ -31,8 +35,9 @@ import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
 
 from envs import EnvInfo
+from marl import checkpoint
 from marl.config import Config, UsageError
-from marl.control import RunControl, StartupClock, StopSignals, Terminated, process_start_time
+from marl.control import HEAL_EXIT, RunControl, StartupClock, StopSignals, Terminated, process_start_time
 from marl.errors import AllActorsLost, NonFiniteError
 
 _PR_SET_PDEATHSIG = 1
@@ -91,8 +96,13 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
     if cfg.mode == "async" and not _under_torchrun():
         _pin_for_async(rank, cfg.learners)
     timeout = timedelta(seconds=max(cfg.rpc_timeout, 60))
-    pg_init, rpc_init = init_methods  # each rendezvous has a store of its own
-    dist.init_process_group("gloo", init_method=pg_init, rank=rank, world_size=world, timeout=timeout)
+    if init_methods == TORCHRUN:
+        pg_store, rpc_init, store, _rpc_server = _torchrun_stores(rank, world, timeout)  # the server lives as long as this call
+        dist.init_process_group("gloo", store=pg_store, rank=rank, world_size=world, timeout=timeout)
+    else:
+        rpc_init = init_methods[1]  # each rendezvous has a store of its own
+        dist.init_process_group("gloo", init_method=init_methods[0], rank=rank, world_size=world, timeout=timeout)
+        store = dist.FileStore(str(Path(init_methods[0][len("file://"):]).parent / "control"), world)
     learner_group = dist.new_group(list(range(cfg.learners)), backend=backend, timeout=timeout)
     options = rpc.TensorPipeRpcBackendOptions(
         init_method=rpc_init, rpc_timeout=cfg.rpc_timeout,
@@ -106,7 +116,6 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
         control.clock.mark("processes_and_rendezvous")
     if on_ready is not None:
         on_ready()
-    store = _control_store(init_methods, world)
     leave = _ABORT
     try:
         if rank == 0:
@@ -130,16 +139,48 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
         rpc.shutdown(graceful=leave == _GRACEFUL)
         if leave == _GRACEFUL:
             dist.destroy_process_group()
+            if init_methods == TORCHRUN:
+                _leave_together(store, rank, world)
 
 
+# The control store is where rank 0 tells every other rank that the run is over, and how to leave.
 _DONE_KEY, _GRACEFUL, _ABORT = "marl/leave", b"graceful", b"abort"
+TORCHRUN = ("torchrun", "torchrun")  # init_methods under torchrun: stores from _torchrun_stores
 
 
-def _control_store(init_methods: tuple[str, str], world: int) -> dist.Store:
-    """The store through which rank 0 tells every other rank that the run is over, and how to leave."""
-    if init_methods[0].startswith("file://"):
-        return dist.FileStore(str(Path(init_methods[0][len("file://"):]).parent / "control"), world)
-    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)  # torchrun's
+def _leave_together(store: dist.Store, rank: int, world: int) -> None:
+    """Under torchrun rank 0 hosts RPC's store, which the other ranks still read in RPC's graceful
+    shutdown after rank 0 is through it: rank 0 leaves last (seen: "Failed to recv" on the others)."""
+    if rank:
+        store.set(f"left/{rank}", b"1")
+        return
+    try:
+        store.wait([f"left/{r}" for r in range(1, world)], timedelta(seconds=30))
+    except Exception:  # noqa: BLE001 - a rank that died on its way out; the run is over anyway
+        pass
+
+
+def _torchrun_stores(rank: int, world: int, timeout: timedelta):
+    """The c10d store, the RPC init URL, the control store, and the store server rank 0 hosts for
+    RPC (None elsewhere), for this attempt of a torchrun group.
+
+    torchrun's agents keep one TCPStore for every restart of a group (TORCHELASTIC_USE_AGENT_STORE),
+    and env:// rendezvous keys do not name the attempt: a restarted group would read the addresses
+    of the processes that just died (seen: gloo "connection refused" on every rank). So every key
+    of ours goes under the attempt, and RPC, which takes only a URL, gets a store of its own from
+    rank 0 on a free port."""
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    rank0_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"  # then it is new for every attempt
+    base = dist.TCPStore(addr, port, world, is_master=rank == 0 and rank0_hosts, timeout=timeout, multi_tenant=True)
+    if rank0_hosts:
+        return base, "env://", dist.PrefixStore("marl/control", base), None
+    ours = dist.PrefixStore(f"marl/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", base)
+    server = None
+    if rank == 0:
+        server = dist.TCPStore(addr, 0, world, is_master=True, timeout=timeout, wait_for_workers=False)
+        ours.set("rpc_port", str(server.port))
+    rpc_init = f"tcp://{addr}:{int(ours.get('rpc_port'))}"  # every rank a client (agent-store mode)
+    return dist.PrefixStore("c10d", ours), rpc_init, dist.PrefixStore("control", ours), server
 
 
 def _pin_for_async(rank: int, learners: int) -> None:
@@ -193,53 +234,87 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
         # final checkpoint with the other learner ranks, so those ignore the signal and leave when
         # rank 0 tells them (or at torchrun's SIGKILL if rank 0 is gone). Actors keep the default
         # actions, so that the signal ends them even while they block in C++.
-        control = RunControl(clock, StopSignals()) if rank == 0 else None
-        if 0 < rank < cfg.learners:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        # Both rendezvous go through torchrun's agent store.
-        return run_rank(rank, world, int(os.environ["LOCAL_RANK"]), cfg, info, ("env://", "env://"),
-                        rank0_main=rank0_main, control=control)
+        # torchrun restarts its whole group when a process fails; its own --max-restarts is the budget.
+        local_rank, init_methods = int(os.environ["LOCAL_RANK"]), TORCHRUN
+        if rank > 0:
+            if rank < cfg.learners:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            return run_rank(rank, world, local_rank, cfg, info, init_methods)
+        control = RunControl(clock, StopSignals(), restarts_done=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
+                             restarts_allowed=int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", 0)))
+        return _rank0_code(lambda: run_rank(0, world, local_rank, cfg, info, init_methods, rank0_main=rank0_main,
+                                            control=control))
 
     # Gloo and TensorPipe otherwise pick an address from the hostname, which may not be loopback.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
+    if rank0_main is not None:
+        # A benchmark drives rank 0 in this process, to read its results from memory: one world, no restarts.
+        return _local_world(cfg, info, clock, rank0_main=rank0_main)
+    # This process only supervises: every rank of every world is a child of it, so each world starts
+    # from fresh processes (a process that has run torch RPC cannot host another world, nor fork one).
+    forward = _ForwardSignals()
+    restarts = quick = 0
+    try:
+        while True:
+            began = time.monotonic()
+            code = _local_world(cfg, info, clock, restarts=restarts, forward=forward)
+            if code != HEAL_EXIT:
+                return code
+            restarts += 1
+            # A world that trained a while lost an actor to a fault of its own: start again at once.
+            # Worlds that fail one after the other double the pause, giving a lasting cause time to clear.
+            quick = quick + 1 if time.monotonic() - began < 15.0 else 0
+            pause = min(2.0 ** quick, 30.0)
+            print(f"marl: restart {restarts} of {cfg.max_restarts} in {pause:g}s", file=sys.stderr, flush=True)
+            time.sleep(pause)
+            newest = checkpoint.latest(cfg.run_dir)  # none if the first iteration never finished
+            cfg = dataclasses.replace(cfg, resume=str(newest) if newest else cfg.resume)
+            clock = StartupClock(None, time.time())
+    except (KeyboardInterrupt, Terminated) as e:  # between two worlds
+        print(f"marl: {'interrupted' if isinstance(e, KeyboardInterrupt) else 'terminated'} before restarting; "
+              f"go on with: python train.py --resume {cfg.run_dir}", file=sys.stderr)
+        return 130 if isinstance(e, KeyboardInterrupt) else 143
+    finally:
+        forward.restore()
+
+
+def _local_world(cfg: Config, info: EnvInfo, clock: StartupClock, restarts: int = 0,
+                 forward: "_ForwardSignals | None" = None, rank0_main: Rank0Main | None = None) -> int:
+    """Start one world of processes on this machine and wait for rank 0's exit code.
+
+    Rank 0 runs in this process when `rank0_main` is given, else as a child (with `forward`
+    passing this process's SIGINT and SIGTERM on to it)."""
+    world = cfg.learners + cfg.actors
     # File stores in a directory only this user can read: torch's TCPStore listens on every
     # interface whatever host it is given, and all the processes are on this machine anyway.
-    # A fresh directory per run also means no port to pick and no race for one.
-    control = RunControl(clock, StopSignals())
+    # A fresh directory per world also means no port to pick and no race for one.
     rdzv = tempfile.mkdtemp(prefix="marl-rendezvous-")
     init_methods = (f"file://{rdzv}/c10d", f"file://{rdzv}/rpc")
     ctx = mp.get_context(_start_method())
     if ctx.get_start_method() == "forkserver":
         ctx.set_forkserver_preload(["marl.launch"])
+    started = ctx.Event()
+    in_process = rank0_main is not None
     children = [ctx.Process(target=_child, args=(r, world, cfg, info, init_methods), name=role_name(r, cfg.learners),
                             daemon=True) for r in range(1, world)]
+    if not in_process:
+        children.insert(0, ctx.Process(target=_rank0_child, args=(world, cfg, info, init_methods, clock, restarts, started),
+                                       name=role_name(0, cfg.learners), daemon=True))
     for p in children:
         p.start()
-    started = threading.Event()
-    watchdog = threading.Thread(target=_watch_start, args=(children, started), daemon=True)
+    watched = children if in_process else children[1:]  # rank 0's own exit is the world's end, not a start-up failure
+    watchdog = threading.Thread(target=_watch_start, args=(children, watched, started), daemon=True)
     watchdog.start()
     code = 1
     try:
-        code = run_rank(0, world, 0, cfg, info, init_methods, on_ready=started.set, rank0_main=rank0_main, control=control)
-    except KeyboardInterrupt:
-        print("marl: interrupted, stopping every process", file=sys.stderr)
-        code = 130
-    except Terminated:
-        print("marl: terminated, stopping every process", file=sys.stderr)
-        code = 143
-    except NonFiniteError as e:
-        print(f"marl: error: {e}. Stopping; lower --learning-rate or check the env's rewards and observations.",
-              file=sys.stderr)
-        code = 1
-    except AllActorsLost as e:
-        print(f"marl: error: {e}", file=sys.stderr)
-        code = 1
-    except Exception:
-        traceback.print_exc()
-        print("marl: the run failed (traceback above); stopping every process", file=sys.stderr)
-        code = 1
+        if in_process:
+            control = RunControl(clock, StopSignals())
+            code = _rank0_code(lambda: run_rank(0, world, 0, cfg, info, init_methods, on_ready=started.set,
+                                                rank0_main=rank0_main, control=control))
+        else:
+            code = forward.wait_for(children[0])
     finally:
         started.set()  # the start-up watchdog must not take the children's ending for a failure
         _end_children(children, wait=10.0 if code == 0 else 0.0)
@@ -247,11 +322,77 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
     return code
 
 
-def _watch_start(children: list, started: threading.Event) -> None:
+def _rank0_code(run: Callable[[], int]) -> int:
+    """Rank 0's exit code, with one line for each way a run stops other than by finishing."""
+    try:
+        return run()
+    except KeyboardInterrupt:
+        print("marl: interrupted, stopping every process", file=sys.stderr)
+        return 130
+    except Terminated:
+        print("marl: terminated, stopping every process", file=sys.stderr)
+        return 143
+    except NonFiniteError as e:
+        print(f"marl: error: {e}. Stopping; lower --learning-rate or check the env's rewards and observations.",
+              file=sys.stderr)
+        return 1
+    except AllActorsLost as e:
+        print(f"marl: error: {e}", file=sys.stderr)
+        return 1
+    except Exception:
+        traceback.print_exc()
+        print("marl: the run failed (traceback above); stopping every process", file=sys.stderr)
+        return 1
+
+
+def _rank0_child(world: int, cfg: Config, info: EnvInfo, init_methods: tuple[str, str], clock: StartupClock,
+                 restarts: int, started) -> None:
+    _die_with_parent()
+    # A group of its own: Ctrl-C in a terminal signals the supervisor alone, which passes it on once
+    # (twice would be "stop now" to StopSignals).
+    os.setpgrp()
+    control = RunControl(clock, StopSignals(), restarts_done=restarts, restarts_allowed=cfg.max_restarts)
+    exit_now(_rank0_code(lambda: run_rank(0, world, 0, cfg, info, init_methods, on_ready=started.set, control=control)))
+
+
+class _ForwardSignals:
+    """The supervisor's SIGINT and SIGTERM go to rank 0, which stops at an iteration boundary and
+    checkpoints; between two worlds they stop the supervisor itself."""
+
+    def __init__(self):
+        self.target: mp.Process | None = None
+        self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum, frame) -> None:
+        if self.target is not None and self.target.pid is not None and self.target.exitcode is None:
+            os.kill(self.target.pid, signum)
+        else:
+            StopSignals.raise_for(signum)
+
+    def wait_for(self, rank0: mp.Process) -> int:
+        """Rank 0's exit code, once it has exited."""
+        self.target = rank0
+        try:
+            while rank0.exitcode is None:
+                rank0.join(0.2)
+        finally:
+            self.target = None
+        if rank0.exitcode < 0:
+            print(f"marl: the coordinator (rank 0) was killed by signal {-rank0.exitcode}; stopping every process",
+                  file=sys.stderr, flush=True)
+            return 1
+        return rank0.exitcode
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def _watch_start(children: list, watched: list, started) -> None:
     """During start-up rank 0 blocks inside rendezvous calls that would wait minutes for a child
     that already died; end the job at once instead."""
     while not started.is_set():
-        for p in children:
+        for p in watched:
             if p.exitcode is not None:
                 print(f"marl: process {p.name} exited with code {p.exitcode} during start-up; stopping", file=sys.stderr, flush=True)
                 _end_children(children, wait=0.0)

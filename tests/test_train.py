@@ -156,16 +156,19 @@ def listening_sockets(pids: list[int]) -> list[tuple[str, int]]:
 
 def test_a_default_run_listens_on_loopback_only(train):
     loopback = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
-    proc = train.start("--total-steps", "100000000", "--target-return", "1e9", "--run-name", "ports")
+    proc = train.start("--total-steps", "100000000", "--target-return", "1e9", "--run-name", "ports",
+                       "--checkpoint-every", "2")
+    ckpts = train.logdir / "ports" / "checkpoints"
     try:
-        deadline = time.monotonic() + 60
-        sockets = []
+        # Sampled over the whole run (start-up, learner init, checkpoints, weights published to
+        # actors), so that a listener opened late is caught too.
+        deadline, sockets = time.monotonic() + 90, set()
         while time.monotonic() < deadline and proc.poll() is None:
-            if len(comms(train.survivors())) >= 3:
-                time.sleep(1.0)  # past start-up: every listener is open
-                sockets = listening_sockets(train.survivors())
-                break
-            time.sleep(0.1)
+            sockets |= set(listening_sockets(train.survivors()))
+            if ckpts.is_dir() and len(list(ckpts.glob("iter_*"))) >= 2:
+                break  # two checkpoints written, with an update and a publish between them
+            time.sleep(0.05)
+        assert proc.poll() is None and len(list(ckpts.glob("iter_*"))) >= 2, "the run ended or stalled"
         assert sockets, "the run never listened at all?"
         assert all(addr in loopback for addr, _ in sockets), sockets
     finally:
@@ -190,12 +193,14 @@ def test_a_non_finite_loss_keeps_the_last_good_checkpoint(train):
     assert r.returncode == 0 and "resumed from" in r.stdout and "iteration 3" in r.stdout, r.stderr[-2000:]
 
 
-def read_until(proc, text: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
+def read_until(proc, text: str, timeout: float = 60) -> str:
+    """The run's stdout up to and including the first line that holds `text`."""
+    deadline, seen = time.monotonic() + timeout, []
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
+        seen.append(line)
         if text in line:
-            return
+            return "".join(seen)
         assert line or proc.poll() is None, "the run ended before printing " + text
     raise AssertionError(f"no {text!r} within {timeout}s")
 
@@ -223,7 +228,8 @@ def test_a_signal_ends_every_process_and_flushes_the_logs(train, sig, code):
 
 
 def test_an_actor_killed_mid_run_is_dropped_and_the_run_finishes(train):
-    proc = train.start("--actors", "3", "--total-steps", "120000", "--target-return", "1e9", "--run-name", "kill")
+    proc = train.start("--actors", "3", "--total-steps", "120000", "--target-return", "1e9", "--run-name", "kill",
+                       "--max-restarts", "0")
     try:
         read_until(proc, "iter    5 ")
         victim = next(pid for pid in train.survivors() if comms([pid]) == {"marl-actor1"})
@@ -239,9 +245,39 @@ def test_an_actor_killed_mid_run_is_dropped_and_the_run_finishes(train):
     assert not train.survivors()
 
 
+def test_an_actor_killed_mid_run_heals_the_world_from_a_fresh_checkpoint(train):
+    proc = train.start("--actors", "3", "--total-steps", "150000", "--target-return", "1e9", "--run-name", "heal",
+                       "--checkpoint-every", "0")
+    try:
+        read_until(proc, "iter    5 ")
+        first_world = set(train.survivors()) - {proc.pid}
+        victim = next(pid for pid in first_world if comms([pid]) == {"marl-actor1"})
+        os.kill(victim, signal.SIGKILL)
+        healing = read_until(proc, "resumed from ")
+        # Every process of the first world has ended; the second one has all three actors again.
+        assert not first_world & set(train.survivors())
+        assert comms(train.survivors()) >= {"marl-actor0", "marl-actor1", "marl-actor2"}
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "marl: healing (restart 1 of 3): actor 1 failed: " in healing and "starting every process again" in healing
+    assert "marl: restart 1 of 3 in " in err
+    assert "step budget of 150,000 reached" in out and "ran degraded" not in out and "Traceback" not in err
+    scalars = read_scalars(train.logdir / "heal")
+    assert all(v == 3 for _, v in scalars["perf/live_actors"])
+    assert scalars["perf/restarts"][0][1] == 0 and scalars["perf/restarts"][-1][1] == 1
+    assert scalars["perf/episodes_lost"][-1][1] == 3 * 4 * 8  # every agent slot of every actor, once
+    steps = [s for s, _ in scalars["charts/SPS"]]
+    assert steps == sorted(set(steps)) and steps[-1] >= 150000  # one curve, going on from the checkpoint
+    assert not train.survivors()
+
+
 def test_an_env_that_raises_reports_its_error_and_exits_nonzero(train):
-    r = train("--env", "tests.nan_env:Crash-v0", "--agents", "2", "--run-name", "crash")
+    r = train("--env", "tests.nan_env:Crash-v0", "--agents", "2", "--run-name", "crash", "--max-restarts", "1")
     assert r.returncode == 1
+    # It heals once (the restart budget), then the second world's actors fail for good.
+    assert "marl: healing (restart 1 of 1): actor 0 failed: RuntimeError('boom: the env broke at step 30')" in r.stdout
     # The actor's own stderr shows the env's traceback (torch's RPC prints it there); marl's lines
     # name each actor and the env's error.
     assert "marl: actor 0 failed and is dropped (1 of 2 left, running degraded): RuntimeError('boom: the env broke at step 30')" in r.stdout

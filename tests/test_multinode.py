@@ -1,0 +1,105 @@
+"""Two torchrun "nodes" on loopback: two agents started as separate process trees, rendezvous over
+c10d, FSDP2 over gloo across both, a node-1 actor SIGKILLed mid-run, and a second launch resuming."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+
+import torch
+
+from tests.conftest import ROOT, read_scalars
+
+# Ranks are learners first, then actors: node 0 runs rank 0 (learner0), node 1 ranks 1-3
+# (learner1, actor0, actor1), so the learner group spans both nodes.
+NPROC = (1, 3)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_nodes(train, run: str, *args: str, max_restarts: int = 0) -> list[subprocess.Popen]:
+    port = free_port()
+    nodes = []
+    for node, nproc in enumerate(NPROC):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+               "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+               "--rdzv-id", f"{run}-{port}", "--max-restarts", str(max_restarts), "--monitor-interval", "0.5",
+               str(ROOT / "train.py"), "--learners", "2", "--actors", "2", "--logdir", str(train.logdir),
+               "--run-name", run, *args]
+        nodes.append(subprocess.Popen(cmd, env=train.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      cwd=ROOT, start_new_session=True))  # each node a process tree of its own
+    return nodes
+
+
+def finish(nodes: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str, str]]:
+    out = []
+    for p in nodes:
+        stdout, stderr = p.communicate(timeout=timeout)
+        out.append((p.returncode, stdout, stderr))
+    return out
+
+
+def children(pid: int) -> dict[int, str]:
+    found = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+            except OSError:
+                continue
+            rest = stat.rsplit(")", 1)[1].split()
+            if int(rest[1]) == pid and rest[0] != "Z":
+                found[int(d)] = stat[stat.index("(") + 1:stat.rindex(")")]
+    return found
+
+
+def test_two_nodes_heal_a_killed_actor_then_a_second_launch_resumes(train):
+    run = train.logdir / "nodes"
+    nodes = start_nodes(train, "nodes", "--target-return", "150", "--checkpoint-every", "3", max_restarts=1)
+    try:
+        # Node 1's agent is the parent of its workers; kill its second actor once training is under way.
+        deadline, victim = time.monotonic() + 120, None
+        while time.monotonic() < deadline and victim is None:
+            ckpts = list((run / "checkpoints").glob("iter_*")) if (run / "checkpoints").is_dir() else []
+            workers = children(nodes[1].pid)
+            if ckpts and "marl-actor1" in workers.values():
+                victim = next(pid for pid, name in workers.items() if name == "marl-actor1")
+            time.sleep(0.2)
+        assert victim is not None, "node 1 never ran actor1 past a checkpoint"
+        os.kill(victim, signal.SIGKILL)
+        (code0, out0, err0), (code1, _, err1) = finish(nodes)
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
+    assert "marl: torchrun restart 1: resuming from " in out0
+    assert "solved: mean return" in out0 and "reached 150 at step" in out0
+    assert torch.load(sorted((run / "checkpoints").iterdir())[-1] / "trainer.pt", weights_only=True)["learners"] == 2
+    assert not train.survivors()
+    first = read_scalars(run)["charts/SPS"]
+    assert read_scalars(run)["perf/restarts"][-1][1] == 1
+
+    # A second two-node launch goes on from the newest checkpoint, to a higher target.
+    nodes = start_nodes(train, "nodes", "--resume", str(run), "--target-return", "250")
+    try:
+        (code0, out0, err0), (code1, _, err1) = finish(nodes)
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
+    assert f"resumed from {run / 'checkpoints'}" in out0 and "reached 250 at step" in out0
+    steps = [s for s, _ in read_scalars(run)["charts/SPS"]]
+    assert steps[:len(first)] == [s for s, _ in first] and steps == sorted(set(steps)) and len(steps) > len(first)
+    assert tomllib.loads((run / "config.toml").read_text())["target_return"] == 250
+    assert not train.survivors()
