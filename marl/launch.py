@@ -50,8 +50,24 @@ def device_and_backend(local_rank: int) -> tuple[torch.device, str]:
     return torch.device("cpu"), "gloo"
 
 
-def role_name(rank: int, learners: int) -> str:
-    return f"learner{rank}" if rank < learners else f"actor{rank - learners}"
+def learner_ranks(learners: int, world: int) -> list[int]:
+    """The global ranks of the learners; every other rank is an actor, and rank 0 is learner 0.
+
+    Learners first (ranks 0..L-1), except under torchrun on equal nodes whose count divides L:
+    there each node's first L/nodes local ranks are learners, so that every node trains on its own
+    GPUs (cuda:<local_rank>) and steps envs with the rest (learners first would put them all on
+    the first nodes, more than those have GPUs)."""
+    nodes, per_node = int(os.environ.get("GROUP_WORLD_SIZE", 1)), int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if _under_torchrun() and nodes > 1 and nodes * per_node == world and learners % nodes == 0:
+        return [n * per_node + i for n in range(nodes) for i in range(learners // nodes)]
+    return list(range(learners))
+
+
+def role_name(rank: int, ranks: list[int]) -> str:
+    """`ranks`: the learners' (learner_ranks); actors are numbered in rank order after them."""
+    if rank in ranks:
+        return f"learner{ranks.index(rank)}"
+    return f"actor{rank - sum(r < rank for r in ranks)}"
 
 
 def _name_process(name: str) -> None:
@@ -83,9 +99,10 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
     `rank0_main` replaces the coordinator's training loop on rank 0 (benchmarks drive the same
     processes differently); the other ranks do not change.
     """
-    role = role_name(rank, cfg.learners)
+    learners = learner_ranks(cfg.learners, world)
+    role = role_name(rank, learners)
     _name_process(role)
-    is_learner = rank < cfg.learners
+    is_learner = rank in learners
     device, backend = device_and_backend(local_rank) if is_learner else (torch.device("cpu"), "gloo")
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -103,7 +120,7 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
         rpc_init = init_methods[1]  # each rendezvous has a store of its own
         dist.init_process_group("gloo", init_method=init_methods[0], rank=rank, world_size=world, timeout=timeout)
         store = dist.FileStore(str(Path(init_methods[0][len("file://"):]).parent / "control"), world)
-    learner_group = dist.new_group(list(range(cfg.learners)), backend=backend, timeout=timeout)
+    learner_group = dist.new_group(learners, backend=backend, timeout=timeout)
     options = rpc.TensorPipeRpcBackendOptions(
         init_method=rpc_init, rpc_timeout=cfg.rpc_timeout,
         # TensorPipe's shm/cma transports have failed in containers; plain sockets always work.
@@ -237,7 +254,7 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
         # torchrun restarts its whole group when a process fails; its own --max-restarts is the budget.
         local_rank, init_methods = int(os.environ["LOCAL_RANK"]), TORCHRUN
         if rank > 0:
-            if rank < cfg.learners:
+            if rank in learner_ranks(cfg.learners, world):
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
             return run_rank(rank, world, local_rank, cfg, info, init_methods)
@@ -297,11 +314,11 @@ def _local_world(cfg: Config, info: EnvInfo, clock: StartupClock, restarts: int 
         ctx.set_forkserver_preload(["marl.launch"])
     started = ctx.Event()
     in_process = rank0_main is not None
-    children = [ctx.Process(target=_child, args=(r, world, cfg, info, init_methods), name=role_name(r, cfg.learners),
+    children = [ctx.Process(target=_child, args=(r, world, cfg, info, init_methods), name=role_name(r, list(range(cfg.learners))),
                             daemon=True) for r in range(1, world)]
     if not in_process:
         children.insert(0, ctx.Process(target=_rank0_child, args=(world, cfg, info, init_methods, clock, restarts, started),
-                                       name=role_name(0, cfg.learners), daemon=True))
+                                       name="learner0", daemon=True))
     for p in children:
         p.start()
     watched = children if in_process else children[1:]  # rank 0's own exit is the world's end, not a start-up failure

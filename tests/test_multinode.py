@@ -15,9 +15,9 @@ import torch
 
 from tests.conftest import ROOT, read_scalars
 
-# Ranks are learners first, then actors: node 0 runs rank 0 (learner0), node 1 ranks 1-3
-# (learner1, actor0, actor1), so the learner group spans both nodes.
-NPROC = (1, 3)
+# On equal nodes each node's first local ranks are learners: node 0 runs learner0 and actor0, node 1
+# learner1 and actor1, so the learner group spans both nodes and both step envs.
+NPROC = (2, 2)
 
 
 def free_port() -> int:
@@ -66,12 +66,14 @@ def test_two_nodes_heal_a_killed_actor_then_a_second_launch_resumes(train):
     run = train.logdir / "nodes"
     nodes = start_nodes(train, "nodes", "--target-return", "150", "--checkpoint-every", "3", max_restarts=1)
     try:
-        # Node 1's agent is the parent of its workers; kill its second actor once training is under way.
+        # Each agent is the parent of its node's workers; kill node 1's actor once training is under way.
         deadline, victim = time.monotonic() + 120, None
         while time.monotonic() < deadline and victim is None:
             ckpts = list((run / "checkpoints").glob("iter_*")) if (run / "checkpoints").is_dir() else []
             workers = children(nodes[1].pid)
             if ckpts and "marl-actor1" in workers.values():
+                assert sorted(children(nodes[0].pid).values()) == ["marl-actor0", "marl-learner0"]
+                assert sorted(workers.values()) == ["marl-actor1", "marl-learner1"]
                 victim = next(pid for pid, name in workers.items() if name == "marl-actor1")
             time.sleep(0.2)
         assert victim is not None, "node 1 never ran actor1 past a checkpoint"
