@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +98,13 @@ def _close_ids(env_id: str) -> str:
     name = env_id.split(":")[-1]
     close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
     return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def _newest_version(name: str) -> str | None:
+    """The registered id of the newest version of `name`'s env ("Taxi-v3" -> "Taxi-v4")."""
+    base = name.rpartition("-v")[0]
+    versions = [int(v) for k in gym.registry for b, _, v in [k.rpartition("-v")] if b == base and v.isdigit()]
+    return f"{base}-v{max(versions)}" if versions else None
 
 
 def resolve(env_id: str) -> str:
@@ -196,7 +204,16 @@ def describe(env_id: str, agents: int | None = None, env_kwargs: dict[str, Any] 
     agents = 1 if agents is None else agents
     name = resolve(env_id)
     try:
-        vec = make_vector(name, 1, env_kwargs, tuple(wrappers))
+        # Gymnasium warns in colour before it raises for a deprecated version: our line says it once.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            vec = make_vector(name, 1, env_kwargs, tuple(wrappers))
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    except gym.error.DeprecatedEnv:
+        newest = _newest_version(name)
+        raise EnvError(f"env id {env_id!r} is deprecated in Gymnasium {gym.__version__}"
+                       + (f"; use {newest!r}" if newest else "; use a registered version")) from None
     except WrapperError as e:
         raise EnvError(str(e)) from None
     except gym.error.DependencyNotInstalled as e:

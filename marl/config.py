@@ -218,7 +218,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="train.py", description=(
+    p = _Parser(prog="train.py", allow_abbrev=False, description=(
         "Train agents with PPO, APPO or IMPALA: RPC actors collect, an FSDP2 learner group learns. "
         "Every flag is a field of marl.config.Config and can also be set in a --config TOML file."))
     p.add_argument("--config", default=argparse.SUPPRESS,
@@ -230,19 +230,34 @@ def build_parser() -> argparse.ArgumentParser:
         kind = _base_type(f.name)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         default = ",".join(map(str, default)) if kind is tuple else json.dumps(default) if isinstance(default, dict) else default
-        kw = dict(default=argparse.SUPPRESS, help=f"{f.metadata['help']} (default: {default})".replace("%", "%%"))
+        text = f.metadata["help"]
+        if default not in ("", None, ()) and "default:" not in text:  # a help text that says its default keeps it
+            text += f" (default: {default})"
+        kw = dict(default=argparse.SUPPRESS, help=text.replace("%", "%%"))
         flag = "--" + f.name.replace("_", "-")
         if kind is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
         else:
-            metavar = ("A,B" if f.metadata.get("items") is str else "N,N") if kind is tuple else "JSON" if kind is dict else kind.__name__.upper()
-            group.add_argument(flag, metavar=metavar, choices=f.metadata.get("choices"), **kw)
+            choices = f.metadata.get("choices")
+            metavar = ("{" + ",".join(choices) + "}" if choices else
+                       ("A,B" if f.metadata.get("items") is str else "N,N") if kind is tuple else
+                       "JSON" if kind is dict else kind.__name__.upper())
+            group.add_argument(flag, metavar=metavar, choices=choices, **kw)
     return p
 
 
 def parse_values(argv: list[str] | None = None) -> dict:
     """The fields the user set: the TOML file's, then the flags' (which win); not yet validated."""
-    args = vars(build_parser().parse_args(argv))
+    parser = build_parser()
+    known, unknown = parser.parse_known_args(argv)
+    if unknown:
+        flags = [a.split("=", 1)[0] for a in unknown if a.startswith("--")]
+        if flags:
+            names = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+            close = difflib.get_close_matches(flags[0], names, n=1)
+            raise UsageError(f"unknown flag {flags[0]}" + (f"; did you mean {close[0]}?" if close else " (see --help)"))
+        raise UsageError(f"unexpected argument {unknown[0]!r}: every value follows its flag, e.g. --agents 8 (see --help)")
+    args = vars(known)
     values = load_toml(args.pop("config")) if "config" in args else {}
     for name, raw in args.items():
         values[name] = raw if isinstance(raw, bool) else _convert(name, raw)

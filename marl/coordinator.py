@@ -9,6 +9,7 @@ next request, to the actors that don't hold them yet. It computes no targets.
 from __future__ import annotations
 
 import collections
+import json
 import queue
 import threading
 import time
@@ -28,6 +29,7 @@ from marl.errors import AllActorsLost, NonFiniteError
 from marl.learner import Learner, LearnerGroup
 from marl.logging import RunLogger
 from marl.policy_file import export_policy
+from marl.run import RESULT_FILE
 from marl.trajectory import Rollout
 
 WINDOW = 100  # episodes in the "mean return" that decides when a run is solved (Gymnasium's convention)
@@ -212,6 +214,10 @@ class Coordinator:
                     self.check_stop()
                 except BaseException:
                     self.save_final()  # Ctrl-C or SIGTERM at an iteration boundary
+                    newest = checkpoint.latest(cfg.run_dir)
+                    if newest is not None:
+                        log.print(f"marl: stopped at iteration {self.iteration}; checkpoint {newest}; "
+                                  f"go on with: python train.py --resume {cfg.run_dir}")
                     raise
                 t0 = time.perf_counter()
                 try:
@@ -376,6 +382,9 @@ def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, contro
         mean = "n/a" if result.mean_return is None else f"{result.mean_return:.1f}"
         logger.print(f"step budget of {cfg.total_steps:,} reached at step {result.global_step:,} in {result.seconds:.1f}s "
                      f"without reaching the target (mean return of the last 100 episodes: {mean})")
+    (cfg.run_dir / RESULT_FILE).write_text(json.dumps({  # what marl.train() returns; a sweep reads it too
+        "reason": result.reason, "global_step": result.global_step, "steps": result.steps, "seconds": result.seconds,
+        "mean_return": result.mean_return, "lost_actors": result.lost_actors, "iterations": result.iterations}) + "\n")
     if result.lost_actors:
         healed = f" after {control.restarts_done} restart(s), all --max-restarts used" if control.restarts_allowed else ""
         logger.print(f"ran degraded: {result.lost_actors} of {cfg.actors} actors failed during the run{healed} (see above)")

@@ -36,7 +36,7 @@ def test_validate_fills_machine_dependent_defaults():
     (["--clip-coef", "2"], "--clip-coef must be in"),
     (["--agents", "8", "--num-minibatches", "7"], "does not split into 7 minibatches"),
     (["--precision", "fp8"], "invalid choice"),
-    (["--bogus"], "unrecognized arguments"),
+    (["--bogus"], "unknown flag --bogus"),
     (["--seed", "-1"], "--seed must be at least 0"),
     (["--agents", "8", "--num-steps", "1", "--num-minibatches", "64"], "too small for 64 minibatches"),
     (["--agents", "8", "--rollout", "episodes", "--num-minibatches", "1000"], "too small for 1000 minibatches"),

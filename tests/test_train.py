@@ -82,6 +82,32 @@ def test_runs_under_torchrun(train, tmp_path):
     assert not train.survivors()
 
 
+def test_the_rough_edges_of_the_command_line(train):
+    for args, message in [(("--agnets", "8"), "error: unknown flag --agnets; did you mean --agents?"),
+                          (("--total-step", "100"), "error: unknown flag --total-step; did you mean --total-steps?"),
+                          (("--env", "Taxi-v3"), "error: env id 'Taxi-v3' is deprecated in Gymnasium "),
+                          (("8",), "error: unexpected argument '8': every value follows its flag")]:
+        r = train(*args, "--run-name", "edges")
+        assert r.returncode == 2 and r.stderr.startswith(message) and r.stderr.count("\n") == 1, r.stderr
+    assert "use 'Taxi-v4'" in train("--env", "Taxi-v3").stderr
+    help_text = train("--help", logdir=False).stdout
+    assert "--mode {sync,async}" in help_text and "--algo {ppo,appo,impala}" in help_text
+    assert "(default: )" not in help_text and "(default: None)" not in help_text
+    assert "default: the env's reward_threshold" in help_text
+    # Options that are slow on this machine say so; a resumed run with nothing left to do says how to go on.
+    r = train("--precision", "bf16", "--total-steps", "2000", "--run-name", "edges")
+    assert r.returncode == 0 and "marl: --precision bf16 without a GPU computes in bf16 on the CPU" in r.stdout
+    r = train("--resume", str(train.logdir / "edges"), logdir=False)
+    assert r.returncode == 2 and "the run already spent its budget (step " in r.stderr
+    assert "to train on, pass a larger --total-steps" in r.stderr
+    r = train("--target-return", "10", "--run-name", "reached")  # random CartPole play lasts ~20 steps
+    assert r.returncode == 0 and "solved:" in r.stdout, r.stderr[-2000:]
+    r = train("--resume", str(train.logdir / "reached"), logdir=False)
+    assert r.returncode == 2 and "the run already reached its target (mean return " in r.stderr
+    assert "to train on, raise --target-return" in r.stderr
+    assert not train.survivors()
+
+
 def test_unknown_env_is_one_clear_line_and_exit_2(train):
     r = train("--env", "CartPol-v1", "--run-name", "bad")
     assert r.returncode == 2
@@ -189,7 +215,7 @@ def test_a_non_finite_loss_keeps_the_last_good_checkpoint(train):
     assert r.returncode == 1 and "iteration 4" in r.stderr, r.stderr[-2000:]
     ckpts = sorted(p.name for p in (train.logdir / "late" / "checkpoints").iterdir())
     assert ckpts == ["iter_000002", "iter_000003"]  # nothing of the bad iteration, not even a temporary
-    r = train("--resume", str(train.logdir / "late"), "--total-steps", "1", logdir=False)
+    r = train("--resume", str(train.logdir / "late"), "--total-steps", "4000", logdir=False)  # one more iteration
     assert r.returncode == 0 and "resumed from" in r.stdout and "iteration 3" in r.stdout, r.stderr[-2000:]
 
 
@@ -218,9 +244,12 @@ def test_a_signal_ends_every_process_and_flushes_the_logs(train, sig, code):
         assert not train.survivors()
     finally:
         proc.kill()
-        _, err = proc.communicate()
+        out, err = proc.communicate()
     assert proc.returncode == code, err[-2000:]
     assert "Traceback" not in err
+    logged = len(read_scalars(train.logdir / "sig")["charts/SPS"])
+    ckpt = train.logdir / "sig" / "checkpoints" / f"iter_{logged:06d}"
+    assert f"checkpoint {ckpt}; go on with: python train.py --resume {train.logdir / 'sig'}" in out
     logged = read_scalars(train.logdir / "sig")["charts/SPS"]
     assert len(logged) >= 5  # flushed up to the signal
     # The final checkpoint holds the last iteration that finished.
@@ -264,6 +293,7 @@ def test_an_actor_killed_mid_run_heals_the_world_from_a_fresh_checkpoint(train):
     assert "marl: healing (restart 1 of 3): actor 1 failed: " in healing and "starting every process again" in healing
     assert "marl: restart 1 of 3 in " in err
     assert "step budget of 150,000 reached" in out and "ran degraded" not in out and "Traceback" not in err
+    assert "tensorpipe_agent.cpp" not in err  # TensorPipe's "pipe closed" warnings: marl's own lines say it
     scalars = read_scalars(train.logdir / "heal")
     assert all(v == 3 for _, v in scalars["perf/live_actors"])
     assert scalars["perf/restarts"][0][1] == 0 and scalars["perf/restarts"][-1][1] == 1

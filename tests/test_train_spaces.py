@@ -21,6 +21,12 @@ def solved_step(out: str) -> int:
     return int(m.group(1).replace(",", ""))
 
 
+
+def steps_done(run) -> int:
+    """The agent-steps of a run's newest checkpoint: a resume to one more than that trains one iteration."""
+    newest = sorted((run / "checkpoints").iterdir())[-1]
+    return int(torch.load(newest / "trainer.pt", weights_only=True)["global_step"])
+
 def test_minigrid_empty_reaches_0_9_with_the_cnn_and_evaluates(train):
     # Seed 2 solves at 43k agent-steps (seeds 1-3: 123k, 43k, 74k; bench/time_to_solve.py has all three).
     r = train("--env", "MiniGrid-Empty-5x5-v0", "--seed", "2", "--total-steps", "150000", "--target-return", "0.9",
@@ -36,7 +42,8 @@ def test_minigrid_empty_reaches_0_9_with_the_cnn_and_evaluates(train):
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert e.returncode == 0 and "all agents: mean" in e.stdout, e.stderr
     # The CNN resumes from its checkpoint, one more iteration.
-    r = train("--resume", str(train.logdir / "grid"), "--total-steps", "1", "--target-return", "2")
+    r = train("--resume", str(train.logdir / "grid"), "--total-steps", str(steps_done(train.logdir / "grid") + 1),
+              "--target-return", "2")
     assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
 
 
@@ -93,7 +100,8 @@ def test_the_readme_custom_network_trains_resumes_and_evaluates(train, tmp_path)
     e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "mine"), "--episodes", "2"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
     assert e.returncode == 0 and "all agents: mean" in e.stdout, e.stderr
-    r = train("--resume", str(train.logdir / "mine"), "--total-steps", "1", "--target-return", "1000")
+    r = train("--resume", str(train.logdir / "mine"), "--total-steps", str(steps_done(train.logdir / "mine") + 1),
+              "--target-return", "1000")
     assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
     # The module is gone: evaluation says so in one line.
     (tmp_path / "my_nets.py").unlink()

@@ -1,0 +1,46 @@
+"""`from marl import Config, train` from a separate Python process: the same run as the command
+line, its result returned, a second call in the same process, and train.py's errors as exceptions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT, read_scalars
+
+SCRIPT = """
+import json, sys
+from marl import Config, UsageError, train
+
+logdir = sys.argv[1]
+first = train(Config(env="CartPole-v1", agents=8, seed=1, logdir=logdir, run_name="first"))
+second = train(Config(agents=2, logdir=logdir), run_name="second", total_steps=4000, target_return=1e9)
+errors = []
+for bad in (dict(env="CartPol-v1"), dict(agents=-2), dict(agnets=8)):
+    try:
+        train(Config(logdir=logdir, run_name="bad"), **bad)
+    except UsageError as e:
+        errors.append(str(e))
+print(json.dumps({"first": {**vars(first), "run_dir": str(first.run_dir)},
+                  "second": {**vars(second), "run_dir": str(second.run_dir)}, "errors": errors}))
+"""
+
+
+def test_train_from_python_twice_in_one_process_and_errors_as_exceptions(train):
+    r = subprocess.run([sys.executable, "-c", SCRIPT, str(train.logdir)], env=train.env(), capture_output=True,
+                       text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    first, second = out["first"], out["second"]
+    # The command line's default run: the same seed solves at the same step (README, "Measured").
+    assert first["reason"] == "target" and first["global_step"] == 113_909 and first["mean_return"] >= 475
+    assert first["run_dir"] == str(train.logdir / "first") and first["seconds"] > 0 and first["lost_actors"] == 0
+    assert "solved: mean return" in r.stdout  # it prints what train.py prints
+    assert second["reason"] == "budget" and second["global_step"] >= 4000 and second["steps"] == second["global_step"]
+    assert read_scalars(train.logdir / "second")["charts/SPS"]
+    assert out["errors"][0].startswith("unknown env id 'CartPol-v1' (did you mean 'CartPole-v1'")
+    assert out["errors"][1] == "--agents must be at least 1 (or 0 for the env's own count), got -2"
+    assert out["errors"][2].startswith("train() got unknown field 'agnets' (did you mean 'agents'?)")
+    assert not (train.logdir / "bad").exists()
+    assert not train.survivors()
