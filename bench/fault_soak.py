@@ -97,6 +97,11 @@ def soak(args, mode: str) -> dict:
                             heals.append([now, None])
                     next_kill += args.kill_every
                 time.sleep(0.05)
+            # The last kill may be seconds from being noticed: let the run report it before the stop.
+            marker = "marl: healing" if mode == "healing" else "failed and is dropped"
+            settle = time.monotonic() + 30
+            while sum(marker in line for line in lines) < len(kills) and time.monotonic() < settle and proc.poll() is None:
+                time.sleep(0.1)
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
         finally:
