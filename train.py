@@ -7,10 +7,6 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    # torch's C++ warnings are TensorPipe's "pipe closed" / "EOF" at every normal stop and dropped
-    # actor, which say nothing a user can act on; marl reports those events itself. Read when torch
-    # loads, so set before it is imported; TORCH_CPP_LOG_LEVEL=WARNING shows them again.
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     from marl.config import UsageError, parse_values
     from marl.run import prepare
 

@@ -45,6 +45,11 @@ def actor_pids(parent: int) -> dict[int, str]:
 
 
 MODES = {"degraded": "0", "healing": "1000"}  # --max-restarts: never, or at every kill
+REPORTS = {"degraded": "failed and is dropped", "healing": "marl: healing"}  # the run's line for each kill
+
+
+def reported(lines: list[str], mode: str) -> int:
+    return sum(REPORTS[mode] in line for line in lines)
 
 
 def soak(args, mode: str) -> dict:
@@ -71,7 +76,7 @@ def soak(args, mode: str) -> dict:
                     ready[0] = True
                     if heals and heals[-1][1] is None:
                         heals[-1][1] = now
-                elif line.startswith("marl: healing"):
+                elif line.startswith(REPORTS["healing"]):
                     ready[0] = False
 
         reader = threading.Thread(target=read, daemon=True)
@@ -98,9 +103,8 @@ def soak(args, mode: str) -> dict:
                     next_kill += args.kill_every
                 time.sleep(0.05)
             # The last kill may be seconds from being noticed: let the run report it before the stop.
-            marker = "marl: healing" if mode == "healing" else "failed and is dropped"
             settle = time.monotonic() + 30
-            while sum(marker in line for line in lines) < len(kills) and time.monotonic() < settle and proc.poll() is None:
+            while reported(lines, mode) < len(kills) and time.monotonic() < settle and proc.poll() is None:
                 time.sleep(0.1)
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
@@ -109,11 +113,9 @@ def soak(args, mode: str) -> dict:
                 proc.kill()
                 proc.wait()
         reader.join(timeout=5)
-    healed = [line for line in lines if line.startswith("marl: healing")]
-    dropped = [line for line in lines if "failed and is dropped" in line]
     slots = args.envs_per_actor * args.agents
     return {
-        "kills": len(kills), "reported": len(healed if mode == "healing" else dropped), "code": proc.returncode,
+        "kills": len(kills), "reported": reported(lines, mode), "code": proc.returncode,
         "rate": (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]) if len(points) > 1 else 0.0,
         "heal_seconds": [end - t for t, end in heals if end is not None],
         # Degraded: the killed actor's episodes; healing: every actor's, at each restart.

@@ -76,10 +76,6 @@ class RunControl:
     restarts_allowed: int = 0  # at most, in all; past it a failed actor is dropped and the run goes on degraded
     peers_lost: bool = False  # set by the coordinator when it drops a process that failed
 
-    @property
-    def can_restart(self) -> bool:
-        return self.restarts_done < self.restarts_allowed
-
 
 def process_start_time() -> float | None:
     """When this process started, on the time.time() clock (Linux; 10 ms resolution)."""

@@ -1,7 +1,7 @@
 """How processes are born, find each other, and end.
 
 World layout: ranks 0..L-1 are learners (rank 0 also runs the coordinator), ranks L..L+A-1 are
-actors. Every rank joins one RPC world and one gloo default process group; the learners also
+actors, except on equal torchrun nodes (see learner_ranks). Every rank joins one RPC world and one gloo default process group; the learners also
 form their own group (NCCL on GPUs, gloo on CPU) that FSDP2 shards over.
 
 Local spawn (the default): this process supervises and every rank is a child of it; the
@@ -314,7 +314,7 @@ def _local_world(cfg: Config, info: EnvInfo, clock: StartupClock, restarts: int 
         ctx.set_forkserver_preload(["marl.launch"])
     started = ctx.Event()
     in_process = rank0_main is not None
-    children = [ctx.Process(target=_child, args=(r, world, cfg, info, init_methods), name=role_name(r, list(range(cfg.learners))),
+    children = [ctx.Process(target=_child, args=(r, world, cfg, info, init_methods), name=role_name(r, learner_ranks(cfg.learners, world)),
                             daemon=True) for r in range(1, world)]
     if not in_process:
         children.insert(0, ctx.Process(target=_rank0_child, args=(world, cfg, info, init_methods, clock, restarts, started),

@@ -34,7 +34,6 @@ def train(cfg: Config | None = None, **overrides) -> TrainResult:
     """Run `cfg` (with `overrides`, field names as keywords) as `python train.py` would, and return
     how it ended. Raises UsageError with train.py's one-line message for input it refuses, and
     RunFailed if the run stops without finishing. Can be called again in the same process."""
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # as train.py: see there
     base = cfg if cfg is not None else Config()
     unknown = set(overrides) - {f.name for f in dataclasses.fields(Config)}
     if unknown:
@@ -159,6 +158,10 @@ def check_run_dir(cfg) -> None:
 
 def prepare(values: dict):
     """(Config, EnvInfo) of a run from the fields the user set, after every check that can refuse it."""
+    # torch's C++ warnings are TensorPipe's "pipe closed" / "EOF" at every normal stop and dropped
+    # actor, which say nothing a user can act on; marl reports those events itself. Read when torch
+    # loads, so set before anything here imports it; TORCH_CPP_LOG_LEVEL=WARNING shows them again.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     values = torchrun_restart(values)
     cfg = resumed_config(values) if values.get("resume") else Config(**values)
     import torch

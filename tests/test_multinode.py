@@ -40,12 +40,20 @@ def start_nodes(train, run: str, *args: str, max_restarts: int = 0) -> list[subp
     return nodes
 
 
-def finish(nodes: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str, str]]:
-    out = []
+def end_nodes(nodes: list[subprocess.Popen]) -> None:
     for p in nodes:
-        stdout, stderr = p.communicate(timeout=timeout)
-        out.append((p.returncode, stdout, stderr))
-    return out
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def finish(nodes: list[subprocess.Popen], timeout: float = 240) -> str:
+    """Node 0's stdout, once both nodes have exited 0; both trees are ended whatever happens."""
+    try:
+        outs = [p.communicate(timeout=timeout) for p in nodes]
+    finally:
+        end_nodes(nodes)
+    assert all(p.returncode == 0 for p in nodes), "".join(err[-3000:] for _, err in outs)
+    return outs[0][0]
 
 
 def children(pid: int) -> dict[int, str]:
@@ -78,12 +86,9 @@ def test_two_nodes_heal_a_killed_actor_then_a_second_launch_resumes(train):
             time.sleep(0.2)
         assert victim is not None, "node 1 never ran actor1 past a checkpoint"
         os.kill(victim, signal.SIGKILL)
-        (code0, out0, err0), (code1, _, err1) = finish(nodes)
+        out0 = finish(nodes)
     finally:
-        for p in nodes:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-    assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
+        end_nodes(nodes)
     assert "marl: torchrun restart 1: resuming from " in out0
     assert "solved: mean return" in out0 and "reached 150 at step" in out0
     assert torch.load(sorted((run / "checkpoints").iterdir())[-1] / "trainer.pt", weights_only=True)["learners"] == 2
@@ -92,14 +97,7 @@ def test_two_nodes_heal_a_killed_actor_then_a_second_launch_resumes(train):
     assert read_scalars(run)["perf/restarts"][-1][1] == 1
 
     # A second two-node launch goes on from the newest checkpoint, to a higher target.
-    nodes = start_nodes(train, "nodes", "--resume", str(run), "--target-return", "250")
-    try:
-        (code0, out0, err0), (code1, _, err1) = finish(nodes)
-    finally:
-        for p in nodes:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-    assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
+    out0 = finish(start_nodes(train, "nodes", "--resume", str(run), "--target-return", "250"))
     assert f"resumed from {run / 'checkpoints'}" in out0 and "reached 250 at step" in out0
     steps = [s for s, _ in read_scalars(run)["charts/SPS"]]
     assert steps[:len(first)] == [s for s, _ in first] and steps == sorted(set(steps)) and len(steps) > len(first)
