@@ -91,7 +91,7 @@ def run_case(case: str, seeds: int, budget: int | None, episodes: int, logdir: s
         scores[variant] = []
         for seed in range(1, seeds + 1):
             run, _ = train(config, extra, seed, budget, logdir, f"{case}-{variant.replace(' ', '_')}-{seed}")
-            score = mean_return(evaluate(run, episodes, seed=10_000, sample=True))
+            score = mean_return(evaluate(run, episodes, seed=10_000, sample=True)[0])
             scores[variant].append(score)
             print(f"{case} {variant} seed {seed}: mean return {score:.1f} after {steps:,} agent-steps", flush=True)
         print(f"{case} {variant}: {spread(scores[variant])} over {seeds} seed(s) | random {random:.1f} | "

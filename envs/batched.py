@@ -14,6 +14,11 @@ share one AgentSpec), and every array comes as a list with one entry per group:
     state() -> (copies, state_dim) float32             the central critic's input for the current obs
     active                                             the latest `active` list (after reset: all True
                                                        for the agents present)
+    render() -> (H, W, 3) uint8                        the frame of the rendered env (copy 0's first
+                                                       agent's env here, copy 0 for PettingZoo); the
+                                                       env kwargs must hold render_mode="rgb_array"
+    rendered_episode_over                              after step(): the rendered env's episode has
+                                                       just ended (its next step is a reset)
     close()
 
 `active[g][c, j]` says whether the NEXT step of that slot is a real transition of a live agent:
@@ -50,11 +55,15 @@ def make_vector(env_id: str, num_envs: int, env_kwargs: dict | None = None, wrap
 
     The env's own vectorised implementation (`vector_entry_point`, e.g. CartPole's: thousands of
     envs per numpy call, or ale_py's C++ Atari env) where it ships one and no wrapper is asked
-    for, or `atari` alone for an ALE id; else Gymnasium's SyncVectorEnv over wrapped copies.
+    for, or `atari` alone for an ALE id; else Gymnasium's SyncVectorEnv over wrapped copies, which
+    is also what a `render_mode` gets (its copies are seeded one by one: other episodes than the
+    vectorised env's for the same seed).
     """
     kwargs = dict(env_kwargs or {})
     spec = gym.spec(env_id)
-    if spec.vector_entry_point is not None and (not wrappers or (tuple(wrappers) == (ATARI,) and env_id.startswith("ALE/"))):
+    # Filming wants one copy's frames, and a vectorised env renders every copy at each call (CartPole's: 8x the time).
+    filming = kwargs.get("render_mode") is not None
+    if spec.vector_entry_point is not None and not filming and (not wrappers or (tuple(wrappers) == (ATARI,) and env_id.startswith("ALE/"))):
         if wrappers:
             kwargs = {**ALE_VECTOR, **kwargs}
         return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
@@ -109,6 +118,7 @@ class GymAgentsBatch:
     def reset(self, seed: int | None) -> list[dict[str, np.ndarray]]:
         obs, infos = self.vec.reset(seed=seed)
         self.active = self._split(np.ones((self.copies, self.agents), dtype=bool))
+        self.rendered_episode_over = False
         return self._observe(obs, infos)
 
     def step(self, actions: list[np.ndarray]):
@@ -126,8 +136,14 @@ class GymAgentsBatch:
         term, trunc = term.reshape(shape), trunc.reshape(shape)
         active = ~(term | trunc)
         self.active = self._split(active)
+        self.rendered_episode_over = not active[0, 0]
         return (self._observe(obs, infos), self._split(rew.reshape(shape).astype(np.float32, copy=False)),
                 self._split(term), self._split(trunc), self.active)
+
+    def render(self) -> np.ndarray:
+        """Slot 0's frame (copy 0's agent 0); only its env renders where the vector env has one env per slot."""
+        envs = getattr(self.vec, "envs", None)
+        return np.asarray(envs[0].render() if envs is not None else self.vec.render()[0])
 
     @property
     def state_dim(self) -> int:

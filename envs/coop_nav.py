@@ -57,6 +57,7 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
+from envs import draw
 from envs.protocol import AgentCounts
 
 ACCEL = 5.0
@@ -65,12 +66,14 @@ DT = 0.1
 MAX_SPEED = 1.0
 # Action index -> unit force direction: no-op, +x, -x, +y, -y.
 MOVES = np.array([[0.0, 0.0], [1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
+RENDER_SIZE = 400
+AGENT_COLORS = [(66, 133, 244), (219, 68, 55), (244, 180, 0), (15, 157, 88), (171, 71, 188), (0, 172, 193)]
 
 
 class CoopNavEnv(AgentCounts):
     """PettingZoo Parallel env of cooperative navigation; see the module docstring."""
 
-    metadata = {"name": "coop_nav_v0", "is_parallelizable": True, "render_modes": []}
+    metadata = {"name": "coop_nav_v0", "is_parallelizable": True, "render_modes": ["rgb_array"], "render_fps": 10}
 
     def __init__(self, n_agents: int = 3, max_cycles: int = 25, collision_penalty: float = 1.0,
                  agent_radius: float = 0.15, render_mode: str | None = None):
@@ -78,13 +81,13 @@ class CoopNavEnv(AgentCounts):
             raise ValueError(f"coop_nav: n_agents must be an integer >= 1, got {n_agents!r}")
         if int(max_cycles) != max_cycles or max_cycles < 1:
             raise ValueError(f"coop_nav: max_cycles must be an integer >= 1, got {max_cycles!r}")
-        if render_mode is not None:
-            raise ValueError(f"coop_nav: render_mode must be None (no rendering), got {render_mode!r}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"coop_nav: render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.n = n = int(n_agents)
         self.max_cycles = int(max_cycles)  # a plain attribute: parallel_api_test overwrites it
         self.collision_penalty = float(collision_penalty)
         self.agent_radius = float(agent_radius)
-        self.render_mode = None
+        self.render_mode = render_mode
         self.possible_agents = [f"agent_{i}" for i in range(n)]
         self.agents: list[str] = []
 
@@ -179,8 +182,22 @@ class CoopNavEnv(AgentCounts):
         return np.concatenate([self.agent_pos.ravel(), self.agent_vel.ravel(),
                                self.landmark_pos.ravel()]).astype(np.float32)
 
-    def render(self):
-        return None
+    def render(self) -> np.ndarray | None:
+        """render_mode="rgb_array": a 400x400 top view of the box, landmarks as black dots, agents as
+        coloured discs of their true radius (drawn in index order: a later agent covers an earlier one)."""
+        if self.render_mode != "rgb_array":
+            return None
+        size = RENDER_SIZE
+        img = draw.canvas(size, size, (235, 235, 235))
+
+        def px(p):  # world [-1, 1]^2, y up -> pixels, y down
+            return (p[0] + 1.0) / 2.0 * size, (1.0 - p[1]) / 2.0 * size
+
+        for lm in self.landmark_pos:
+            draw.disc(img, *px(lm), 0.04 * size / 2.0, (20, 20, 20))
+        for i, p in enumerate(self.agent_pos):
+            draw.disc(img, *px(p), self.agent_radius * size / 2.0, AGENT_COLORS[i % len(AGENT_COLORS)])
+        return img
 
     def close(self):
         pass

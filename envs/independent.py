@@ -24,7 +24,7 @@ class IndependentAgents(AgentCounts):
         self._envs = {a: gym.make(env_id, **kwargs) for a in self.possible_agents}
         self.metadata = {"name": f"independent_{env_id}", "is_parallelizable": True,
                          "render_modes": self._envs[self.possible_agents[0]].metadata.get("render_modes", [])}
-        self.render_mode = None
+        self.render_mode = kwargs.get("render_mode")
 
     def observation_space(self, agent: str) -> gym.Space:
         return self._envs[agent].observation_space  # the same object every call, as PettingZoo requires
@@ -57,7 +57,8 @@ class IndependentAgents(AgentCounts):
                                for a in self.possible_agents])
 
     def render(self):
-        return None
+        """The first agent's copy (render_mode="rgb_array"): N side-by-side copies would be a strip, not a picture."""
+        return self._envs[self.possible_agents[0]].render() if self.render_mode else None
 
     def close(self):
         for env in self._envs.values():

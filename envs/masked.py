@@ -37,6 +37,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from envs import draw
 from envs.independent import IndependentAgents
 
 ENV_ID = "MaskedChoice-v0"
@@ -52,7 +53,7 @@ def expected_random_legal_return(num_actions: int, episode_length: int) -> float
 class MaskedChoiceEnv(gym.Env):
     """Play the target among the legal actions; an illegal action raises. See the module docstring."""
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
     optimum = 16.0
     random_legal_return = expected_random_legal_return(6, 16)
 
@@ -64,12 +65,12 @@ class MaskedChoiceEnv(gym.Env):
             raise ValueError(f"MaskedChoice: num_actions must be an integer >= 1, got {num_actions!r}")
         if int(episode_length) != episode_length or episode_length < 1:
             raise ValueError(f"MaskedChoice: episode_length must be an integer >= 1, got {episode_length!r}")
-        if render_mode is not None:
-            raise ValueError(f"MaskedChoice: render_mode must be None (no rendering), got {render_mode!r}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"MaskedChoice: render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.num_actions = k = int(num_actions)
         self.episode_length = int(episode_length)
         self.mask_in = mask_in
-        self.render_mode = None
+        self.render_mode = render_mode
         # Instance values shadow the class ones, which only describe the default kwargs.
         self.optimum = float(self.episode_length)
         self.random_legal_return = expected_random_legal_return(k, self.episode_length)
@@ -126,8 +127,13 @@ class MaskedChoiceEnv(gym.Env):
     def _info(self) -> dict:
         return {"action_mask": self._mask.copy()} if self.mask_in == "info" else {}
 
-    def render(self):
-        return None
+    def render(self) -> np.ndarray | None:
+        """render_mode="rgb_array": one cell per action: the target green, other legal ones grey, illegal ones black."""
+        if self.render_mode != "rgb_array":
+            return None
+        colors = np.where(self._mask[:, None] == 1, np.array([150, 150, 150]), np.array([0, 0, 0]))
+        colors[self._target] = (52, 168, 83)
+        return draw.cells(colors.astype(np.uint8))
 
 
 def parallel_env(agents: int = 2, **kwargs) -> IndependentAgents:

@@ -2,7 +2,7 @@
 
 Same protocol as `envs.batched.GymAgentsBatch` (see its module doc): lists with one array per
 group of agents, `reset(seed) -> obs`, `step(actions) -> obs, rewards, terminated, truncated,
-active`, `state()`, `active`, `close()`. The semantics of the packing:
+active`, `state()`, `active`, `render()`, `rendered_episode_over`, `close()`. The semantics of the packing:
 
 - Fixed agent order = `possible_agents`; a group's arrays hold its agents in the group's order.
 - An agent absent from the copy's episode (it left: terminated or truncated at an earlier step,
@@ -140,6 +140,13 @@ class PettingZooBatch:
             self._needs_reset[c] = not env.agents
         self._obs, self._real, self.active, self.masks = obs, real, active, masks
         return obs, rew, term, trunc, active
+
+    def render(self) -> np.ndarray:
+        return np.asarray(self.envs[0].render())
+
+    @property
+    def rendered_episode_over(self) -> bool:
+        return bool(self._needs_reset[0])
 
     def _flat_obs(self, j: int) -> np.ndarray:
         """Agent j's current (padded) observation, every leaf flattened: (copies, width)."""

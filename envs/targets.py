@@ -28,6 +28,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from envs import draw
+
 DIGITS_ID = "MatchDigits-v0"
 BITS_ID = "MatchBits-v0"
 
@@ -41,14 +43,14 @@ def _check_length(name: str, episode_length) -> int:
 class _MatchTargetEnv(gym.Env):
     """Shared loop: draw a target, show it, score the next action against it by the fraction matched."""
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
     name = "MatchTarget"
 
     def __init__(self, episode_length: int, render_mode: str | None):
-        if render_mode is not None:
-            raise ValueError(f"{self.name}: render_mode must be None (no rendering), got {render_mode!r}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"{self.name}: render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.episode_length = _check_length(self.name, episode_length)
-        self.render_mode = None
+        self.render_mode = render_mode
         self._high = np.ones(1, dtype=np.int64)  # exclusive upper bound per position; set by subclasses
         self._target = np.zeros(1, dtype=np.int64)
         self._t = 0
@@ -88,8 +90,12 @@ class _MatchTargetEnv(gym.Env):
                              f"0..high_i - 1 with high = {self._high.tolist()}")
         return a
 
-    def render(self):
-        return None
+    def render(self) -> np.ndarray | None:
+        """render_mode="rgb_array": the target shown, one cell per position, from black (0) to white (high - 1)."""
+        if self.render_mode != "rgb_array":
+            return None
+        level = (255.0 * self._target.astype(np.float64) / np.maximum(self._high - 1, 1)).astype(np.uint8)
+        return draw.cells(np.repeat(level[:, None], 3, axis=1))
 
 
 class MatchDigitsEnv(_MatchTargetEnv):

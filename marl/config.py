@@ -100,6 +100,10 @@ class Config:
     rpc_timeout: float = _f(60.0, "seconds before an RPC to an actor is declared failed")
     checkpoint_every: int = _f(25, "write a checkpoint every this many iterations (0: only at the end); one is also written at the end and on Ctrl-C/SIGTERM")
     keep_checkpoints: int = _f(2, "checkpoints kept per run; older ones are deleted")
+    video_every: int = _f(0, "every this many iterations, play one episode with the newest weights (most likely actions) and write it to runs/<run>/videos/iter_N.mp4 and to TensorBoard's Images tab (0: never; pip install -e '.[video]')")
+    track: bool = _f(False, "also log to Weights & Biases, as CleanRL's --track does (pip install -e '.[wandb]'; WANDB_MODE=offline keeps it on this machine)")
+    wandb_project_name: str = _f("marl", "--track: the W&B project")
+    wandb_entity: str = _f("", "--track: the W&B team or user (default: yours)")
     resume: str = _f("", "continue a run from runs/<run> (its newest checkpoint) or runs/<run>/checkpoints/iter_N; flags given with it override the run's config", saved=False)
 
     @property
@@ -320,6 +324,8 @@ def validate(cfg: Config, *, gpus: int) -> Config:
         raise UsageError(f"--checkpoint-every must be at least 0 (0: only at the end), got {cfg.checkpoint_every}")
     if cfg.keep_checkpoints < 1:
         raise UsageError(f"--keep-checkpoints must be at least 1, got {cfg.keep_checkpoints}")
+    if cfg.video_every < 0:
+        raise UsageError(f"--video-every must be at least 0 (0: never), got {cfg.video_every}")
     if cfg.target_kl is not None and cfg.target_kl <= 0:
         raise UsageError(f"--target-kl must be greater than 0, got {cfg.target_kl}")
     if cfg.seq_len < 0:

@@ -185,6 +185,7 @@ class Coordinator:
         self.check_stop = check_stop
         self.restarts, self.restarts_allowed = restarts
         self.weights: dict[str, torch.Tensor] | None = None
+        self.filming = None  # --video-every's copy of the policy, built on first use
 
     def run(self, resume: dict | None = None) -> Result:
         """Train until the target or the budget; `resume` is a checkpoint's trainer state to continue from."""
@@ -196,8 +197,10 @@ class Coordinator:
         self.weights = self.learners.gather()
         self.recent: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self.iteration = self.global_step = self.version = self.saved = 0
+        self.start, self.seconds_before = start, 0.0  # wall time of the run's earlier worlds, if any
         if resume is not None:
             self.iteration, self.global_step, self.version = resume["iteration"], resume["global_step"], resume["version"]
+            self.seconds_before = float(resume.get("seconds", 0.0))  # checkpoints before marl 0.x have none
             self.recent.extend(resume["recent"].tolist())
             self.saved = self.iteration
         self.start_step = self.global_step
@@ -249,6 +252,8 @@ class Coordinator:
                 t3 = time.perf_counter()
                 self.global_step += steps
                 result = self._log(start, rollouts, metrics, used, lag, (t0, t1, t2, t3))
+                if cfg.video_every and self.iteration % cfg.video_every == 0:
+                    self._video()
                 if result is not None or (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0):
                     self.save()
                 if result is not None:
@@ -256,6 +261,27 @@ class Coordinator:
         finally:
             if stream is not None:
                 stream.close()
+
+    def _video(self) -> None:
+        """--video-every: one episode with the newest weights (most likely actions), filmed on rank 0."""
+        from marl.evaluate import play, policy_actor
+        from marl.models import build_model, network_of
+
+        t = time.perf_counter()
+        specs = self.learners.learner.specs
+        if self.filming is None:
+            with torch.random.fork_rng(devices=[]):  # its initial weights are overwritten: leave the run's RNG as it was
+                self.filming = build_model(specs, network_of(self.cfg)).eval()
+        self.filming.load_state_dict(self.weights)
+        seed = self.cfg.seed + self.iteration
+        _, episodes = play(self.info, specs, policy_actor(self.filming, specs, seed, False), 1, seed, video=True,
+                           film_only=True)
+        self.log.video(episodes[0], self.iteration, self.global_step)
+        self.log.scalars({"perf/video_seconds": time.perf_counter() - t}, self.global_step)
+
+    def wall_seconds(self) -> float:
+        """The run's wall time from its first start: every earlier world's (healed or resumed) and this one's."""
+        return self.seconds_before + time.perf_counter() - self.start
 
     def _heal(self, start: float, why: str) -> Result:
         """Checkpoint the last finished iteration and end this world, to be started again at full
@@ -293,7 +319,7 @@ class Coordinator:
         t = time.perf_counter()
         self.learners.save(self.iteration, {
             "iteration": self.iteration, "global_step": self.global_step, "version": self.version,
-            "recent": torch.tensor(list(self.recent), dtype=torch.float64)})
+            "recent": torch.tensor(list(self.recent), dtype=torch.float64), "seconds": self.wall_seconds()})
         self.saved = self.iteration
         self.log.scalars({"perf/checkpoint_seconds": time.perf_counter() - t}, self.global_step)
 
@@ -367,6 +393,12 @@ def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, contro
     try:
         result = coordinator.run(resume)
         control.peers_lost = result.lost_actors > 0 or result.reason == "heal"
+        if result.reason != "heal":
+            seconds = coordinator.seconds_before + result.seconds
+            logger.final({"hparams/final_mean_return": result.mean_return,
+                          "hparams/steps_to_target": result.global_step if result.reason == "target" else None,
+                          "hparams/wall_seconds": seconds, "hparams/SPS": result.global_step / seconds},
+                         result.global_step + 1)  # past the final checkpoint's step: a --resume purges it, and writes its own
         learners.stop()
     finally:
         if coordinator.weights is not None:  # also on Ctrl-C or a NaN: the last good policy

@@ -1,20 +1,107 @@
 """Play an exported policy and report each agent's returns: `python -m marl.evaluate runs/<run>`.
 
 Each agent plays until it has finished --episodes whole episodes; actions are the policy's most
-likely ones unless --sample is given. Exit code 2, with one line, if the run has no policy.
+likely ones unless --sample is given. `--video DIR` also writes each episode of the rendered env
+(the first agent's, for N independent copies of a Gymnasium env) as DIR/episode_000.mp4, ...
+Exit code 2, with one line, if the run has no policy or the video cannot be made.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 
-def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
+class Frames:
+    """The rendered env's frames, cut into whole episodes: the first frame of each is its reset's, then
+    one per step, so an episode of L steps has L + 1 frames (envs' `render()`, `rendered_episode_over`)."""
+
+    def __init__(self, env, episodes: int):
+        self.env, self.episodes = env, episodes
+        self.done: list[list] = []
+        self.current: list = []
+
+    def grab(self) -> None:
+        if len(self.done) >= self.episodes:
+            return
+        try:
+            frame = self.env.render()
+        except Exception as e:  # noqa: BLE001 - each renderer fails its own way (MuJoCo without OpenGL, ...)
+            raise RenderError(f"render() failed ({type(e).__name__}: {' '.join(str(e).split())})") from None
+        if frame is None or getattr(frame, "ndim", 0) != 3:
+            raise RenderError(f"render() gave {type(frame).__name__}, not an (H, W, 3) frame")
+        self.current.append(frame)
+        if self.env.rendered_episode_over:
+            self.done.append(self.current)
+            self.current = []
+
+
+class RenderError(Exception):
+    """The env cannot give rgb_array frames; the message is one line."""
+
+
+def rendering(info):
+    """The same env, built to give frames (render_mode="rgb_array")."""
+    from marl.video import headless
+
+    headless()
+    return dataclasses.replace(info, env_kwargs=tuple(sorted({**info.kwargs, "render_mode": "rgb_array"}.items())))
+
+
+def _one_frame(info, reply) -> None:
+    """In a child process: build the env to render, reset it, grab a frame; send "" or why not."""
+    from envs import make_agent_batch
+
+    env = None
+    try:
+        groups = [list(range(len(info.agent_ids)))] if info.homogeneous else [[i] for i in range(len(info.agent_ids))]
+        try:
+            env = make_agent_batch(rendering(info), 1, groups)
+        except (TypeError, ValueError) as e:
+            raise RenderError(f"it does not build with render_mode='rgb_array' ({' '.join(str(e).split())})") from None
+        env.reset(seed=0)
+        Frames(env, 1).grab()
+        reply.send("")
+    except RenderError as e:
+        reply.send(str(e))
+    finally:
+        if env is not None:
+            env.close()
+
+
+def check_filmable(info, flag: str) -> None:
+    """UsageError (one line) unless the env builds with render_mode="rgb_array" and gives a frame.
+    Tried in a forked child: the process that asks forks the run's ranks next, and an OpenGL context
+    (MuJoCo's EGL) made before a fork hangs the child that uses it."""
+    import multiprocessing
+
+    from marl.config import UsageError
+
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_one_frame, args=(info, send), daemon=True)
+    child.start()
+    send.close()
+    try:
+        why = receive.recv() if receive.poll(120) else "no frame within 120 s"
+    except EOFError:
+        why = "the renderer crashed"
+    child.join(5)
+    if child.is_alive():
+        child.kill()
+    if why:
+        raise UsageError(f"{flag}: {info.env_id} cannot be filmed: {why}")
+
+
+def play(info, specs, act, episodes: int, seed: int, video: bool = False,
+         film_only: bool = False) -> tuple[dict[str, list[float]], list[list]]:
     """Each agent's returns over its first `episodes` whole episodes, one env copy, actions from
     `act(spec, obs {leaf: [n_g, ...]}, mask [n_g, mask_size] or None, starts [n_g]) -> env actions [n_g, ...]`
-    for each policy; `starts` says which agents begin an episode (a recurrent policy zeroes their state)."""
+    for each policy; `starts` says which agents begin an episode (a recurrent policy zeroes their state).
+    With `video`, also the frames of the rendered env's first `episodes` episodes (`Frames`), else [];
+    `film_only` stops as soon as those are filmed, whatever the other agents' returns."""
     import numpy as np
     import torch
 
@@ -22,8 +109,16 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
     from marl.models.core import fresh_after
     from marl.policies import policy_obs
 
-    env = make_agent_batch(info, 1, [list(s.agents) for s in specs])
+    try:
+        env = make_agent_batch(rendering(info) if video else info, 1, [list(s.agents) for s in specs])
+    except (TypeError, ValueError) as e:
+        if not video:
+            raise
+        raise RenderError(f"it does not build with render_mode='rgb_array' ({' '.join(str(e).split())})") from None
+    frames = Frames(env, episodes) if video else None
     obs = env.reset(seed=seed)
+    if frames is not None:
+        frames.grab()
     valid = [a.copy() for a in env.active]
     returns: list[list[float]] = [[] for _ in info.agent_ids]
     running = [np.zeros(a.shape) for a in valid]
@@ -31,7 +126,7 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
     limit = 100_000 * episodes  # an agent that never finishes an episode must not hang the evaluation
     with torch.inference_mode():
         for _ in range(limit):
-            if min(len(r) for r in returns) >= episodes:
+            if min(len(r) for r in returns) >= episodes or (film_only and len(frames.done) >= episodes):
                 break
             actions = []
             for g, spec in enumerate(specs):
@@ -40,6 +135,8 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
                 a = act(spec, o, None if mask is None else torch.from_numpy(mask[0]), torch.from_numpy(fresh[g][0]))
                 actions.append(a.reshape(1, len(spec.agents), *spec.action.shape).numpy())
             obs, rew, term, trunc, active = env.step(actions)
+            if frames is not None:
+                frames.grab()
             for g, spec in enumerate(specs):
                 running[g] += np.where(valid[g], rew[g], 0.0)
                 done = (term[g] | trunc[g]) & valid[g]
@@ -51,28 +148,34 @@ def play(info, specs, act, episodes: int, seed: int) -> dict[str, list[float]]:
         else:
             raise RuntimeError(f"{info.env_id}: not every agent finished {episodes} episodes within {limit:,} steps")
     env.close()
-    return {agent_id: r[:episodes] for agent_id, r in zip(info.agent_ids, returns)}
+    return {agent_id: r[:episodes] for agent_id, r in zip(info.agent_ids, returns)}, frames.done if frames else []
 
 
-def evaluate(run_dir: Path, episodes: int, seed: int, sample: bool) -> dict[str, list[float]]:
-    """Play the run's exported policy: its most likely actions, or sampled ones."""
+def policy_actor(model, specs, seed: int, sample: bool):
+    """`act` for `play`: the networks' most likely actions, or sampled ones; recurrent states kept per policy."""
     import torch
 
-    from envs import describe
     from marl import distributions
-    from marl.policy_file import load_policy
 
-    model, specs, meta = load_policy(run_dir / "policy.pt")
-    info = describe(meta["env"], meta["agents"], meta["env_kwargs"], tuple(meta["obs_keys"]), tuple(meta["wrappers"]))
     generator = torch.Generator().manual_seed(seed)
-    cores = {s.name: torch.zeros(len(s.agents), model.state_size(s.name)) for s in specs}  # recurrent policies' states
+    cores = {s.name: torch.zeros(len(s.agents), model.state_size(s.name)) for s in specs}
 
     def act(spec, obs, mask, starts):
         params, cores[spec.name] = model.policies[spec.name].act(obs, cores[spec.name], starts)
         pi = distributions.make(spec.action, params, mask)
         return distributions.env_action(pi, pi.sample(generator)[0] if sample else pi.mode())
 
-    return play(info, specs, act, episodes, seed)
+    return act
+
+
+def evaluate(run_dir: Path, episodes: int, seed: int, sample: bool, video: bool = False):
+    """Play the run's exported policy: its most likely actions, or sampled ones -> (returns, frames)."""
+    from envs import describe
+    from marl.policy_file import load_policy
+
+    model, specs, meta = load_policy(run_dir / "policy.pt")
+    info = describe(meta["env"], meta["agents"], meta["env_kwargs"], tuple(meta["obs_keys"]), tuple(meta["wrappers"]))
+    return play(info, specs, policy_actor(model, specs, seed, sample), episodes, seed, video)
 
 
 def random_returns(info, specs, episodes: int, seed: int) -> dict[str, list[float]]:
@@ -89,7 +192,7 @@ def random_returns(info, specs, episodes: int, seed: int) -> dict[str, list[floa
         pi = distributions.make(spec.action, params, mask)
         return distributions.env_action(pi, pi.sample(generator)[0])
 
-    return play(info, specs, act, episodes, seed)
+    return play(info, specs, act, episodes, seed)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample", action="store_true", help="sample actions instead of taking the most likely (a greedy "
                    "policy can repeat one move forever where the observation does not change, as in MiniGrid)")
+    p.add_argument("--video", metavar="DIR", default="", help="also write each episode of the rendered env (the first "
+                   "agent's for N copies of a Gymnasium env) to DIR/episode_000.mp4, ... (pip install -e '.[video]')")
+    p.add_argument("--video-format", choices=("mp4", "gif"), default="mp4", help="gif: animated pictures, e.g. for a README")
     args = p.parse_args(argv)
     import torch
 
@@ -111,13 +217,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes < 1:
         print(f"error: --episodes must be at least 1, got {args.episodes}", file=sys.stderr)
         return 2
+    from marl import video
+    from marl.config import UsageError
     from marl.models import ModelError
 
     try:
-        results = evaluate(run_dir, args.episodes, args.seed, args.sample)
+        if args.video:
+            video.require("--video")
+        results, episodes = evaluate(run_dir, args.episodes, args.seed, args.sample, bool(args.video))
     except ModelError as e:
         print(f"error: {run_dir}/policy.pt: {e}", file=sys.stderr)
         return 2
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except RenderError as e:
+        print(f"error: --video: {run_dir}'s env cannot be filmed: {e}", file=sys.stderr)
+        return 2
+    if args.video:
+        out = Path(args.video)
+        out.mkdir(parents=True, exist_ok=True)
+        for i, frames in enumerate(episodes):
+            path = out / f"episode_{i:03d}.{args.video_format}"
+            video.write(path, frames)
+            print(f"video: {path} ({len(frames)} frames, {frames[0].shape[1]}x{frames[0].shape[0]})")
     everyone = [x for r in results.values() for x in r]
     for agent, r in results.items():
         print(f"{agent}: mean {sum(r) / len(r):8.1f} | min {min(r):8.1f} | max {max(r):8.1f} | {len(r)} episodes")

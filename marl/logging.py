@@ -1,15 +1,48 @@
-"""TensorBoard event files and the console progress line, both keyed by global agent-steps."""
+"""TensorBoard event files and the console progress line, both keyed by global agent-steps;
+optionally mirrored to Weights & Biases (--track)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import sys
 from pathlib import Path
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
 
 from marl.config import Config, to_toml
+
+# Fields that say where a run writes or how it is watched, not how it learns: not hyperparameters.
+NOT_HPARAMS = {"logdir", "run_name", "overwrite", "resume", "rpc_timeout", "checkpoint_every", "keep_checkpoints",
+               "video_every", "track", "wandb_project_name", "wandb_entity"}
+# The HParams dashboard's metric columns (their values are also scalars of these tags).
+FINAL_METRICS = ("hparams/final_mean_return", "hparams/steps_to_target", "hparams/wall_seconds", "hparams/SPS")
+
+
+def hparam_values(cfg: Config) -> dict[str, bool | int | float | str]:
+    """The config as the HParams dashboard takes it: numbers, strings and booleans only."""
+    out: dict[str, bool | int | float | str] = {}
+    for f in dataclasses.fields(cfg):
+        if f.name in NOT_HPARAMS:
+            continue
+        v = getattr(cfg, f.name)
+        if v is None:
+            v = "none"
+        elif isinstance(v, (dict, list, tuple)):
+            v = json.dumps(v if not isinstance(v, tuple) else list(v), sort_keys=True)
+        elif not isinstance(v, (bool, int, float, str)):
+            v = str(v)
+        out[f.name] = v
+    return out
+
+
+def wandb_id(run_name: str) -> str:
+    """W&B run ids take letters, digits, - and _; one id per run directory, so that a resumed or healed
+    run goes on in the same W&B run."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", run_name)[:64]
 
 
 class RunLogger:
@@ -17,9 +50,18 @@ class RunLogger:
 
     def __init__(self, cfg: Config, agent_ids: tuple[str, ...], out=sys.stdout, purge_step: int | None = None):
         """`purge_step`: on resume, events at this step or later are dropped from the existing files."""
+        self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.toml").write_text(to_toml(cfg))
+        self.wandb = None
+        if cfg.track:
+            import wandb
+
+            # Before the SummaryWriter: sync_tensorboard patches it to copy every event to W&B (CleanRL's way).
+            self.wandb = wandb.init(project=cfg.wandb_project_name, entity=cfg.wandb_entity or None, name=cfg.run_name,
+                                    id=wandb_id(cfg.run_name), resume="allow", config=hparam_values(cfg),
+                                    sync_tensorboard=True, dir=str(self.run_dir), save_code=False)
         self.writer = SummaryWriter(str(self.run_dir), purge_step=purge_step)
         rows = "\n".join(f"|{f.name}|{getattr(cfg, f.name)}|" for f in dataclasses.fields(cfg))
         self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
@@ -41,9 +83,33 @@ class RunLogger:
             if mine.numel():
                 self.writer.add_scalar(f"agents/{agent}/episodic_return", mine.mean().item(), step)
 
+    def video(self, frames: list, iteration: int, step: int) -> Path:
+        """One played episode: runs/<run>/videos/iter_N.mp4, and an animated GIF in TensorBoard's Images tab."""
+        from marl import video
+
+        folder = self.run_dir / "videos"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"iter_{iteration}.mp4"
+        video.write_mp4(path, frames)
+        self.writer._get_file_writer().add_summary(video.tensorboard_summary("videos/episode", frames), step)
+        return path
+
+    def final(self, metrics: dict[str, float | None], step: int) -> None:
+        """The HParams dashboard's row for this run: its hyperparameters and its final metrics; a metric
+        that is None (no target reached) stays empty there."""
+        values = {k: v for k, v in metrics.items() if v is not None}
+        # Every column in every run's summary, empty or not: the dashboard takes its columns from one run's.
+        experiment, start, end = hparams(hparam_values(self.cfg), dict.fromkeys(FINAL_METRICS, 0.0))
+        # Written into the run's own directory (SummaryWriter.add_hparams would open a new subdirectory).
+        for summary in (experiment, start, end):
+            self.writer._get_file_writer().add_summary(summary, step)
+        self.scalars(values, step)
+
     def print(self, line: str) -> None:
         print(line, file=self.out, flush=True)
 
     def close(self) -> None:
         self.writer.flush()
         self.writer.close()
+        if self.wandb is not None:
+            self.wandb.finish()

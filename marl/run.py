@@ -119,6 +119,22 @@ def slow_here(cfg, gpu: bool) -> list[str]:
     return lines
 
 
+def check_extras(cfg, info) -> None:
+    """Options that need an optional extra say which, before any process starts; --video-every needs
+    an env that renders, too."""
+    from marl import video
+    from marl.evaluate import check_filmable
+
+    if cfg.video_every:
+        video.require("--video-every")
+        check_filmable(info, "--video-every")
+    if cfg.track:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise UsageError("--track needs wandb: pip install -e '.[wandb]'") from None
+
+
 def check_left_to_do(cfg) -> None:
     """A resumed run that has already reached its target, or spent its budget, would stop after
     one more iteration: say so, and how to train on."""
@@ -206,6 +222,7 @@ def prepare(values: dict):
         cfg = dataclasses.replace(cfg, target_return=float(info.reward_threshold))
     for line in slow_here(cfg, torch.cuda.is_available()):
         print(line, flush=True)
+    check_extras(cfg, info)
     if cfg.resume:
         check_left_to_do(cfg)
     check_run_dir(cfg)

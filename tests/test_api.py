@@ -4,6 +4,7 @@ line, its result returned, a second call in the same process, and train.py's err
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -33,8 +34,7 @@ def test_train_from_python_twice_in_one_process_and_errors_as_exceptions(train):
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     first, second = out["first"], out["second"]
-    # The command line's default run: the same seed solves at the same step (README, "Measured").
-    assert first["reason"] == "target" and first["global_step"] == 113_909 and first["mean_return"] >= 475
+    assert first["reason"] == "target" and first["mean_return"] >= 475
     assert first["run_dir"] == str(train.logdir / "first") and first["seconds"] > 0 and first["lost_actors"] == 0
     assert "solved: mean return" in r.stdout  # it prints what train.py prints
     assert second["reason"] == "budget" and second["global_step"] >= 4000 and second["steps"] == second["global_step"]
@@ -43,4 +43,13 @@ def test_train_from_python_twice_in_one_process_and_errors_as_exceptions(train):
     assert out["errors"][1] == "--agents must be at least 1 (or 0 for the env's own count), got -2"
     assert out["errors"][2].startswith("train() got unknown field 'agnets' (did you mean 'agents'?)")
     assert not (train.logdir / "bad").exists()
+
+    # The project's canary: the command line's default run is the same run, step for step (sync mode is
+    # deterministic for a seed on one machine; the step itself differs between machines: 113,909 on
+    # the AMD EPYC of README's "Measured", 109,829 on an Intel Xeon VM with torch 2.13.0 too).
+    cli = train("--agents", "8", "--seed", "1", "--run-name", "cli")
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    assert re.search(rf"^solved: .* at step {first['global_step']:,} ", cli.stdout, re.M), cli.stdout[-1500:]
+    assert read_scalars(train.logdir / "cli")["charts/episodic_return"] == read_scalars(
+        train.logdir / "first")["charts/episodic_return"]
     assert not train.survivors()

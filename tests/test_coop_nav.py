@@ -36,7 +36,7 @@ def test_passes_pettingzoo_parallel_api_test(n_agents):
         parallel_api_test(env, num_cycles=60)
     assert env.possible_agents == [f"agent_{i}" for i in range(n_agents)]
     assert isinstance(env, ParallelEnv) and env.unwrapped is env
-    assert env.metadata["is_parallelizable"] is True and env.metadata["render_modes"] == []
+    assert env.metadata["is_parallelizable"] is True and env.metadata["render_modes"] == ["rgb_array"]
     assert env.render() is None and env.render_mode is None
     assert env.observation_space("agent_0").shape == (4 * n_agents + 2,)
     assert env.observation_space("agent_0").dtype == np.float32
@@ -152,6 +152,20 @@ def test_bad_arguments_fail_clearly():
         CoopNavEnv(n_agents=0)
     with pytest.raises(ValueError, match="render_mode"):
         CoopNavEnv(render_mode="human")
+
+
+def test_rgb_array_frames_draw_agents_and_landmarks_where_they_are():
+    env = CoopNavEnv(n_agents=2, render_mode="rgb_array")
+    env.reset(seed=0, options={"agent_pos": [[-0.5, 0.5], [0.5, -0.5]], "landmark_pos": [[0.5, 0.5], [-0.8, -0.8]]})
+    frame = env.render()
+    assert frame.shape == (400, 400, 3) and frame.dtype == np.uint8
+    # World (x, y) -> pixel row (1 - y) * 200, column (x + 1) * 200.
+    assert tuple(frame[100, 100]) == (66, 133, 244) and tuple(frame[300, 300]) == (219, 68, 55)
+    assert tuple(frame[100, 300]) == (20, 20, 20) and tuple(frame[360, 40]) == (20, 20, 20)
+    assert tuple(frame[200, 200]) == (235, 235, 235)
+    env.step({"agent_0": 1, "agent_1": 0})  # agent 0 pushes +x: its disc moves right
+    moved = env.render()
+    assert tuple(moved[100, 100]) == (66, 133, 244) and (moved != frame).any()
     env = CoopNavEnv(n_agents=2)
     with pytest.raises(ValueError, match="shape"):
         env.reset(options={"agent_pos": [[0, 0]]})

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env, data_equivalence
+from gymnasium.utils.passive_env_checker import env_render_passive_checker
 from pettingzoo.test import parallel_api_test
 
 from envs.masked import MaskedChoiceEnv, parallel_env
@@ -61,6 +62,9 @@ def test_masked_choice_passes_gymnasium_env_checker(mask_in):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # check_env reports some failures only as warnings
         check_env(env.unwrapped, skip_render_check=True)
+        rendering = MaskedChoiceEnv(mask_in=mask_in, render_mode="rgb_array")
+        rendering.reset(seed=0)
+        env_render_passive_checker(rendering)
 
 
 @pytest.mark.parametrize("cls", [MatchDigitsEnv, MatchBitsEnv])
@@ -68,6 +72,10 @@ def test_target_envs_pass_gymnasium_env_checker(cls):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_env(cls().unwrapped, skip_render_check=True)
+        env = cls(render_mode="rgb_array")
+        env.reset(seed=0)
+        env_render_passive_checker(env)
+        assert env.render().shape == (32, 32 * len(env._high), 3)
 
 
 @pytest.mark.parametrize("env_id, cls, kwargs", [

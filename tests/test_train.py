@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -370,6 +371,10 @@ def test_resume_continues_the_run_on_another_learner_count(train):
     steps = [s for s, _ in read_scalars(run)["charts/SPS"]]
     assert steps[:len(first)] == [s for s, _ in first]  # the curve goes on from where it stopped
     assert steps == sorted(set(steps)) and steps[-1] >= 30000
+    # The HParams dashboard's wall time is the whole run's: the first process's, then this one's.
+    second = json.loads((run / "result.json").read_text())["seconds"]
+    wall = read_scalars(run)["hparams/wall_seconds"]
+    assert len(wall) == 1 and wall[0][1] == pytest.approx(float(saved["seconds"]) + second, rel=1e-5)
     assert tomllib.loads((run / "config.toml").read_text())["learners"] == 2
     newest = sorted((run / "checkpoints").iterdir())[-1]
     assert torch.load(newest / "trainer.pt", weights_only=True)["learners"] == 2
