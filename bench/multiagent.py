@@ -20,14 +20,17 @@ plays uniformly random actions in the same env for the same number of episodes.
     python bench/multiagent.py --cases coop_nav --seeds 5
     python bench/multiagent.py --cases coop_nav,simple_spread --variants MAPPO,rMAPPO --seeds 3
     python bench/multiagent.py --smoke                          # CI: tiny budgets, 1 seed
+    python bench/multiagent.py --cases coop_nav --variants MAPPO,IPPO --logdir runs/bench   # keep the runs (bench/plot.py)
+
+Each run goes through the Python API (`marl.train`), its printed lines into <logdir>/<run>.log.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import contextlib
+import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -49,16 +52,40 @@ CASES = {
 }
 
 
-def train(config: str, extra: list[str], seed: int, budget: int | None, logdir: str, name: str) -> tuple[Path, str]:
-    cmd = [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / config), "--seed", str(seed),
-           "--logdir", logdir, "--run-name", name, "--mode", "sync", *extra]
-    if budget is not None:
-        cmd += ["--total-steps", str(budget)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-3000:])
-        raise SystemExit(f"multiagent: train.py failed for {name}")
-    return Path(logdir) / name, proc.stdout
+@contextlib.contextmanager
+def output_to(path: Path):
+    """The file descriptors 1 and 2 of this process, and so of every process a run starts, go to `path`."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "w") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def train(config: str, extra: list[str], seed: int, budget: int | None, logdir: str, name: str):
+    """One run through the Python API, as `train.py --config <config> <extra>` with the seed and budget."""
+    import marl
+    from marl.config import parse_values
+
+    values = parse_values(["--config", str(ROOT / config), *extra, "--seed", str(seed), "--logdir", logdir,
+                           "--run-name", name, "--mode", "sync", *(["--total-steps", str(budget)] if budget else [])])
+    log = Path(logdir) / f"{name}.log"
+    try:
+        with output_to(log):
+            return marl.train(**values)
+    except (marl.UsageError, marl.RunFailed) as e:
+        sys.stderr.write(log.read_text()[-3000:])
+        raise SystemExit(f"multiagent: {name}: {e}") from None
 
 
 def mean_return(results: dict[str, list[float]]) -> float:
@@ -90,7 +117,7 @@ def run_case(case: str, seeds: int, budget: int | None, episodes: int, logdir: s
     for variant, extra in variants.items():
         scores[variant] = []
         for seed in range(1, seeds + 1):
-            run, _ = train(config, extra, seed, budget, logdir, f"{case}-{variant.replace(' ', '_')}-{seed}")
+            run = train(config, extra, seed, budget, logdir, f"{case}-{variant.replace(' ', '_')}-{seed}").run_dir
             score = mean_return(evaluate(run, episodes, seed=10_000, sample=True)[0])
             scores[variant].append(score)
             print(f"{case} {variant} seed {seed}: mean return {score:.1f} after {steps:,} agent-steps", flush=True)
@@ -107,11 +134,12 @@ def run_cartpole(config: str, variants: dict, seeds: int, budget: int | None, lo
     (variant, extra), = variants.items()
     solved, steps = 0, []
     for seed in range(1, seeds + 1):
-        _, out = train(config, extra, seed, budget, logdir, f"cartpole-{seed}")
-        m = re.search(r"solved: .* at step ([\d,]+)", out)
-        solved += bool(m)
-        steps.append(int(m.group(1).replace(",", "")) if m else 0)
-        print(f"cartpole_per_agent seed {seed}: {'solved (475) at step ' + m.group(1) if m else 'NOT solved'}", flush=True)
+        result = train(config, extra, seed, budget, logdir, f"cartpole-{seed}")
+        hit = result.reason == "target"
+        solved += hit
+        steps.append(result.global_step if hit else 0)
+        print(f"cartpole_per_agent seed {seed}: {f'solved (475) at step {result.global_step:,}' if hit else 'NOT solved'}",
+              flush=True)
     print(f"cartpole_per_agent {variant}: solved {solved}/{seeds}; agent-steps {spread([float(s) for s in steps])}", flush=True)
     return {variant: [float(solved)]}
 
@@ -124,6 +152,8 @@ def main() -> int:
     p.add_argument("--budget", type=int, default=None, help="agent-steps per run (default: the config's total_steps)")
     p.add_argument("--eval-episodes", type=int, default=50, help="episodes per agent for each score")
     p.add_argument("--smoke", action="store_true", help="tiny budgets and one seed: that every case runs, not its numbers")
+    p.add_argument("--logdir", default="", help="keep the runs (TensorBoard logs, policies, printed lines) here "
+                   "(default: a temporary directory, removed at the end)")
     args = p.parse_args()
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
@@ -135,7 +165,9 @@ def main() -> int:
         args.variants = args.variants or ",".join(v for _, _, vs in CASES.values() for v in vs if not v.startswith("rMAPPO"))
         # Likewise the continuous case is simple_spread's with flags (tests/test_train_continuous.py trains it).
         cases = [c for c in cases if c != "simple_spread_continuous"] if args.cases == p.get_default("cases") else cases
-    with tempfile.TemporaryDirectory() as logdir:
+    with tempfile.TemporaryDirectory() as scratch:
+        logdir = args.logdir or scratch
+        os.makedirs(logdir, exist_ok=True)
         for case in cases:
             run_case(case, args.seeds, args.budget, args.eval_episodes, logdir,
                      [v for v in args.variants.split(",") if v] or None)

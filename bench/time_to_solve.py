@@ -6,6 +6,7 @@ train.py. Baseline for the ratio: the median wall time of the same seeds, measur
 against the 10 s target.
 
     python bench/time_to_solve.py --seeds 5 -- --agents 8
+    python bench/time_to_solve.py --seeds 5 --logdir runs/bench/cartpole -- --agents 8   # keep the runs (bench/plot.py)
 """
 
 from __future__ import annotations
@@ -40,10 +41,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=5, help="seeds 1..N")
     p.add_argument("--target-seconds", type=float, default=10.0, help="the wall-time goal the ratio is taken against")
+    p.add_argument("--logdir", default="", help="keep the runs here, as seed1, seed2, ... (default: a temporary "
+                   "directory, removed at the end)")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="arguments for train.py (after --)")
     args = p.parse_args()
     extra = [a for a in args.train_args if a != "--"] or ["--agents", "8"]
-    with tempfile.TemporaryDirectory() as logdir:
+    with tempfile.TemporaryDirectory() as scratch:
+        logdir = args.logdir or scratch
         results = []
         for seed in range(1, args.seeds + 1):
             r = run_seed(seed, extra, logdir)

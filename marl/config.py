@@ -110,6 +110,11 @@ class Config:
     def run_dir(self) -> Path:
         return Path(self.logdir) / self.run_name
 
+    @classmethod
+    def from_toml(cls, path: str, **fields) -> "Config":
+        """A TOML file's fields (as `--config` reads it, configs/ holds the presets), with `fields` on top."""
+        return cls(**{**load_toml(path), **fields})
+
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 # --help's sections: each starts at the named field and runs to the next (the order of the fields above).

@@ -46,3 +46,24 @@ def test_gpu_check_runs_on_cpu_when_allowed():
                        cwd=ROOT, env={**os.environ, "PYTHON": sys.executable})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "gpu_check: PASS" in r.stdout
+
+
+def test_plot_draws_the_runs_a_bench_kept(tmp_path):
+    """bench/plot.py reads real runs' event files (time_to_solve.py --logdir keeps them) and writes the figure."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    keep = tmp_path / "runs"
+    r = subprocess.run([sys.executable, "bench/time_to_solve.py", "--seeds", "2", "--logdir", str(keep), "--",
+                        "--agents", "2", "--total-steps", "6000"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert sorted(p.name for p in keep.iterdir()) == ["seed1", "seed2"]
+    out = tmp_path / "fig.png"
+    plot = [sys.executable, "bench/plot.py", "--out", str(out), "--title", "CartPole", "--target", "475"]
+    r = subprocess.run([*plot, f"two seeds={keep}/seed*"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "two seeds: 2 runs" in r.stdout
+    with Image.open(out) as im:
+        assert im.format == "PNG" and im.size == (770, 440)
+    bad = subprocess.run([*plot, f"none={tmp_path}/nothing*"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode == 2 and "matches no run directory" in bad.stderr

@@ -122,3 +122,13 @@ def test_env_copies_must_split_over_the_learner_ranks():
 
     with pytest.raises(UsageError, match="3 env copies do not split evenly over 2 learner"):
         check_batch(dataclasses.replace(Config(), agents=8, actors=3, envs_per_actor=1, num_steps=64), 2)
+
+
+def test_config_from_toml_reads_a_preset_as_config_does_with_fields_on_top():
+    from tests.conftest import ROOT
+
+    cfg = Config.from_toml(str(ROOT / "configs" / "coop_nav.toml"), critic="local", seed=3)
+    assert cfg == parse_args(["--config", str(ROOT / "configs" / "coop_nav.toml"), "--critic", "local", "--seed", "3"])
+    assert cfg.env == "pettingzoo:envs.coop_nav" and cfg.critic == "local"
+    with pytest.raises(UsageError, match="does not exist"):
+        Config.from_toml("configs/nope.toml")
