@@ -18,7 +18,10 @@ active`, `state()`, `active`, `render()`, `rendered_episode_over`, `close()`. Th
   present after the reset.
 - Seeding: reset(seed=s) resets copy c with seed s + c (None: unseeded); autoresets pass seed=None.
 - Observations are packed leaf by leaf (`envs.spaces`); action masks come from the observation's
-  `action_mask` or `info["action_mask"]`, all True for padding.
+  `action_mask` or `info["action_mask"]`, all True for every inactive slot (padding, a final
+  observation, a turn-based game's waiting agents).
+- Rewards and flags are taken for every agent the env's step reports on: for a Parallel env the
+  agents that acted, for a turn-based game (`envs.aec.TurnBased`) the waiting agents too.
 - Actions: in the env's own form (`envs.spaces.env_action`): Discrete -> int, Box -> clipped to the
   agent's bounds and reshaped to its space's shape.
 - state() (copies, state_dim) float32, for the current observations: env.state() per copy when
@@ -128,16 +131,22 @@ class PettingZooBatch:
                 o, infos = env.reset(seed=None)
                 self._fill_obs(c, o, infos, obs, masks, real)
             else:
-                acting = list(env.agents)
-                o, r, te, tr, infos = env.step({a: per_agent[self._slot[a][0]][c] for a in acting})
+                o, r, te, tr, infos = env.step({a: per_agent[self._slot[a][0]][c] for a in env.agents})
                 self._fill_obs(c, o, infos, obs, masks, real)
-                for a in acting:
+                # Every agent the env reports on, not only those that acted: in a turn-based game
+                # (envs.aec) the waiting agents get rewards and, when it ends, their done flags.
+                for a, x in r.items():
                     _, g, k = self._slot[a]
-                    rew[g][c, k] = r.get(a, 0.0)
-                    term[g][c, k] = te.get(a, False)
-                    trunc[g][c, k] = tr.get(a, False)
+                    rew[g][c, k] = x
+                for flags, reported in ((term, te), (trunc, tr)):
+                    for a, x in reported.items():
+                        _, g, k = self._slot[a]
+                        flags[g][c, k] = x
             self._mark_active(c, env, active)
             self._needs_reset[c] = not env.agents
+        for m, a in zip(masks, active):
+            if m is not None:
+                m[~a] = True  # an inactive slot's action is never used; a final position may have no legal move
         self._obs, self._real, self.active, self.masks = obs, real, active, masks
         return obs, rew, term, trunc, active
 

@@ -4,8 +4,9 @@ Two kinds of ids:
 - a Gymnasium id (or `module:EnvId`): a single-agent env, made multi-agent as `agents`
   independent copies (agent ids `agent_0` ..);
 - `pettingzoo:<module>.<env>` (e.g. `pettingzoo:mpe2.simple_spread_v3`, or a first-party
-  `pettingzoo:envs.coop_nav`): a module exposing PettingZoo's `parallel_env(**kwargs)`; the env
-  decides its own agents (`possible_agents`), which may have different spaces.
+  `pettingzoo:envs.coop_nav`): a module exposing PettingZoo's `parallel_env(**kwargs)`, or only
+  `env(**kwargs)` returning an AEC env (`pettingzoo:pettingzoo.classic.tictactoe_v3`: played turn
+  by turn, envs.aec); the env decides its own agents (`possible_agents`), which may have different spaces.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class EnvInfo:
     env_kwargs: tuple[tuple[str, Any], ...] = ()  # the kwargs the env is built with, sorted by name
     wrappers: tuple[str, ...] = ()  # Gymnasium wrappers around each copy (envs.wrappers)
     dropped: tuple[str, ...] = ()  # observation keys no network reads (said once in the log)
+    turn_based: bool = False  # a PettingZoo AEC game: one agent moves per step (envs.aec)
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -133,21 +135,43 @@ def pettingzoo_module(env_id: str):
         root = missing.split(".")[0]
         extra = "" if root in ("", "pettingzoo", "mpe2") else f", and the package that provides {root!r}"
         raise EnvError(f"env id {env_id!r}: cannot import {name!r} ({_one_line(e)}); {_INSTALL_HINT}{extra}") from None
-    if not callable(getattr(module, "parallel_env", None)):
-        raise EnvError(f"env id {env_id!r}: module {name!r} has no parallel_env(); a PettingZoo env module exposes "
-                       "parallel_env(**kwargs) (AEC-only envs are not supported)")
+    if not callable(getattr(module, "parallel_env", None)) and not callable(getattr(module, "env", None)):
+        raise EnvError(f"env id {env_id!r}: module {name!r} has neither parallel_env() nor env(); a PettingZoo env "
+                       "module exposes parallel_env(**kwargs) (Parallel API) or env(**kwargs) (AEC API)")
     return module
 
 
-def _make_pettingzoo(env_id: str, env_kwargs: dict[str, Any]):
+def pettingzoo_factory(env_id: str):
+    """`**kwargs -> env` in the Parallel form the batches step: the module's `parallel_env`, or, for a
+    module with only `env()`, that env wrapped turn by turn (envs.aec.TurnBased) when the object it
+    returns is an AEC env (PettingZoo's classic games: they refuse aec_to_parallel)."""
     module = pettingzoo_module(env_id)
+    if callable(getattr(module, "parallel_env", None)):
+        return module.parallel_env
+
+    def turn_based(**kwargs):
+        from envs.aec import TurnBased, is_aec
+
+        env = module.env(**kwargs)
+        if not is_aec(env):
+            raise EnvError(f"env id {env_id!r}: env() returned a {type(env).__name__}, not a PettingZoo AEC env")
+        return TurnBased(env)
+
+    return turn_based
+
+
+def _make_pettingzoo(env_id: str, env_kwargs: dict[str, Any]):
+    make = pettingzoo_factory(env_id)
+    kind = "parallel_env" if getattr(make, "__name__", "") == "parallel_env" else "env"
     try:
-        return module.parallel_env(**env_kwargs)
+        return make(**env_kwargs)
+    except EnvError:
+        raise
     except TypeError as e:
-        raise EnvError(f"env id {env_id!r}: parallel_env() does not take env kwargs {env_kwargs!r} ({_one_line(e)}); "
+        raise EnvError(f"env id {env_id!r}: {kind}() does not take env kwargs {env_kwargs!r} ({_one_line(e)}); "
                        "fix --env-kwargs") from None
     except Exception as e:  # an env that rejects a kwarg's value: still bad input, not a crash
-        raise EnvError(f"env id {env_id!r}: parallel_env(**{env_kwargs!r}) failed ({type(e).__name__}: {_one_line(e)}); "
+        raise EnvError(f"env id {env_id!r}: {kind}(**{env_kwargs!r}) failed ({type(e).__name__}: {_one_line(e)}); "
                        "fix --env-kwargs") from None
 
 
@@ -184,7 +208,8 @@ def _describe_pettingzoo(env_id: str, agents: int | None, env_kwargs: dict[str, 
     state_dim = size if has_state else sum(s.stored_width for s in specs) + len(ids)
     return EnvInfo(env_id=env_id, agent_ids=ids, specs=specs, reward_threshold=None, state_dim=state_dim,
                    has_state=has_state, env_kwargs=tuple(sorted(env_kwargs.items())),
-                   dropped=tuple(sorted({k for s in specs for k in s.dropped})))
+                   dropped=tuple(sorted({k for s in specs for k in s.dropped})),
+                   turn_based=bool(getattr(env, "metadata", {}).get("turn_based")))
 
 
 def describe(env_id: str, agents: int | None = None, env_kwargs: dict[str, Any] | None = None,
@@ -266,7 +291,7 @@ def make_agent_batch(info: EnvInfo, copies: int, groups: list[list[int]]) -> Gym
     """The grouped array form the actors step: `copies` env copies, arrays per group of agents."""
     check_groups(info, groups)
     if info.is_pettingzoo:
-        module = pettingzoo_module(info.env_id)
-        return PettingZooBatch(module.parallel_env, copies, groups, info.specs, info.kwargs, has_state=info.has_state)
+        return PettingZooBatch(pettingzoo_factory(info.env_id), copies, groups, info.specs, info.kwargs,
+                               has_state=info.has_state)
     return GymAgentsBatch(resolve(info.env_id), len(info.agent_ids), copies, info.specs[0], groups, info.kwargs,
                           info.wrappers)

@@ -116,8 +116,11 @@ class RolloutWorker:
                 _, next_value, _, _ = self._forward(g, state)  # the state after it is not kept: the next request redoes this step
                 # With NEXT_STEP autoreset the value computed on the step after a truncation is V(final obs).
                 later = torch.cat([b["values"][1:], next_value.unsqueeze(0)])
-                trajectories[spec.name] = {**b, "bootstrap_value": torch.where(b["truncated"], later, 0.0),
-                                           "next_value": next_value}
+                bootstrap = torch.where(b["truncated"], later, 0.0)
+                after = torch.cat([b["values"], next_value.unsqueeze(0)])
+                for (rows, c, j), step in self._late_truncations[g]:
+                    bootstrap[rows, c, j] = after[step, c, j]
+                trajectories[spec.name] = {**b, "bootstrap_value": bootstrap, "next_value": next_value}
                 if self.state_sizes[g]:
                     trajectories[spec.name]["core_state"] = torch.stack(self._chunk_states[g])
         return Rollout(
@@ -126,6 +129,31 @@ class RolloutWorker:
             episode_lengths=torch.tensor([e[2] for e in episodes], dtype=torch.int64),
             episode_agents=torch.tensor([e[0] for e in episodes], dtype=torch.int64),
             policy_version=self.version, actor=self.index, collect_seconds=time.perf_counter() - start)
+
+    def _close_waiting(self, g: int, t: int, waiting: torch.Tensor, opened: torch.Tensor, r_t: torch.Tensor,
+                       te_t: torch.Tensor, tr_t: torch.Tensor) -> torch.Tensor:
+        """Rewards and ends that reach slots at step t while they wait (not valid, a transition open)
+        belong to the row of their latest move; returns which slots' episodes ended so."""
+        B = self._buffers[g]
+        c, j = waiting.nonzero(as_tuple=True)
+        rows = opened[c, j]
+        B["rewards"][rows, c, j] += r_t[c, j]
+        self.ep_return[g][c, j] += r_t[c, j]
+        if self.cfg.norm_reward:  # that row's discounted return, and what follows from it, grow by the reward
+            B["discounted_return"][rows, c, j] += r_t[c, j]
+            self.discounted[g][c, j] += r_t[c, j]
+        ended = te_t[c, j] | tr_t[c, j]
+        B["terminated"][rows, c, j] |= te_t[c, j]
+        B["truncated"][rows, c, j] |= tr_t[c, j] & ~te_t[c, j]
+        late = tr_t[c, j] & ~te_t[c, j]
+        if bool(late.any()):  # bootstrapped from the final observation, which the step after t sees
+            self._late_truncations[g].append((torch.stack([rows[late], c[late], j[late]]), t + 1))
+        out = torch.zeros_like(waiting)
+        out[c[ended], j[ended]] = True
+        if self.cfg.norm_reward:
+            self.discounted[g][out] = 0.0
+        self.fresh[g][out] = True
+        return out
 
     def _run(self, num_steps: int | None, quota: int | None) -> tuple[int, list[tuple[int, float, int]]]:
         """Step all slots for `num_steps` steps, or until every slot has finished `quota` episodes.
@@ -136,6 +164,11 @@ class RolloutWorker:
         finished: list[tuple[int, float, int]] = []
         done_count = [torch.zeros(a.shape, dtype=torch.int64) for a in self.active]
         self._chunk_states = [[] for _ in self.specs]
+        # Per slot, the row of its latest move while the transition it began is still open: a
+        # turn-based game's waiting agent (envs.aec) gets its rewards, and its end, at other agents'
+        # steps. -1: none open (or the move was its episode's last).
+        opened = [torch.full(a.shape, -1, dtype=torch.int64) for a in self.active]
+        self._late_truncations: list[list[tuple[torch.Tensor, int]]] = [[] for _ in self.specs]
         t = 0
         while True:
             if num_steps is not None and t == num_steps:
@@ -173,17 +206,22 @@ class RolloutWorker:
                 valid = self.active[g].clone() if quota is not None else self.active[g]
                 if quota is not None:
                     valid &= done_count[g] < quota
-                B["rewards"][t] = torch.from_numpy(rew[g])
-                term_g, trunc_g = torch.from_numpy(term[g]) & valid, torch.from_numpy(trunc[g]) & valid
+                r_t, te_t, tr_t = torch.from_numpy(rew[g]), torch.from_numpy(term[g]), torch.from_numpy(trunc[g])
+                B["rewards"][t] = r_t
+                term_g, trunc_g = te_t & valid, tr_t & valid
                 B["terminated"][t], B["truncated"][t], B["valid"][t] = term_g, trunc_g, valid
                 self.fresh[g] = fresh_after(valid, term_g)
-                self.ep_return[g] += B["rewards"][t] * valid
+                self.ep_return[g] += r_t * valid
                 self.ep_length[g] += valid
                 done = term_g | trunc_g
                 if self.cfg.norm_reward:
-                    G = self.discounted[g] * self.cfg.gamma + B["rewards"][t] * valid
+                    G = self.discounted[g] * self.cfg.gamma + r_t * valid
                     B["discounted_return"][t] = G
                     self.discounted[g] = G.masked_fill(done, 0.0)
+                waiting = ~valid & (opened[g] >= 0)
+                if bool(waiting.any()):
+                    done |= self._close_waiting(g, t, waiting, opened[g], r_t, te_t, tr_t)
+                opened[g] = torch.where(valid, torch.where(done, -1, t), torch.where(done, -1, opened[g]))
                 if bool(done.any()):
                     for (c, j), ret, length in zip(done.nonzero().tolist(), self.ep_return[g][done].tolist(),
                                                    self.ep_length[g][done].tolist()):

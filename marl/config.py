@@ -100,6 +100,8 @@ class Config:
     rpc_timeout: float = _f(60.0, "seconds before an RPC to an actor is declared failed")
     checkpoint_every: int = _f(25, "write a checkpoint every this many iterations (0: only at the end); one is also written at the end and on Ctrl-C/SIGTERM")
     keep_checkpoints: int = _f(2, "checkpoints kept per run; older ones are deleted")
+    eval_every: int = _f(0, "every this many iterations, rank 0 plays the newest weights (most likely actions) and logs eval/: for a turn-based game each seat against uniformly random legal moves, --eval-episodes games per seat (eval/win_rate_vs_random, and per seat its win, draw and loss rates); for other envs eval/episodic_return over --eval-episodes episodes per agent (0: never)")
+    eval_episodes: int = _f(100, "--eval-every: games per seat, or episodes per agent")
     video_every: int = _f(0, "every this many iterations, play one episode with the newest weights (most likely actions) and write it to runs/<run>/videos/iter_N.mp4 and to TensorBoard's Images tab (0: never; pip install -e '.[video]')")
     track: bool = _f(False, "also log to Weights & Biases, as CleanRL's --track does (pip install -e '.[wandb]'; WANDB_MODE=offline keeps it on this machine)")
     wandb_project_name: str = _f("marl", "--track: the W&B project")
@@ -329,6 +331,10 @@ def validate(cfg: Config, *, gpus: int) -> Config:
         raise UsageError(f"--checkpoint-every must be at least 0 (0: only at the end), got {cfg.checkpoint_every}")
     if cfg.keep_checkpoints < 1:
         raise UsageError(f"--keep-checkpoints must be at least 1, got {cfg.keep_checkpoints}")
+    if cfg.eval_every < 0:
+        raise UsageError(f"--eval-every must be at least 0 (0: never), got {cfg.eval_every}")
+    if cfg.eval_episodes < 1:
+        raise UsageError(f"--eval-episodes must be at least 1, got {cfg.eval_episodes}")
     if cfg.video_every < 0:
         raise UsageError(f"--video-every must be at least 0 (0: never), got {cfg.video_every}")
     if cfg.target_kl is not None and cfg.target_kl <= 0:

@@ -185,7 +185,7 @@ class Coordinator:
         self.check_stop = check_stop
         self.restarts, self.restarts_allowed = restarts
         self.weights: dict[str, torch.Tensor] | None = None
-        self.filming = None  # --video-every's copy of the policy, built on first use
+        self.playing = None  # --eval-every's and --video-every's copy of the policy, built on first use
 
     def run(self, resume: dict | None = None) -> Result:
         """Train until the target or the budget; `resume` is a checkpoint's trainer state to continue from."""
@@ -252,6 +252,8 @@ class Coordinator:
                 t3 = time.perf_counter()
                 self.global_step += steps
                 result = self._log(start, rollouts, metrics, used, lag, (t0, t1, t2, t3))
+                if cfg.eval_every and self.iteration % cfg.eval_every == 0:
+                    self._evaluate()
                 if cfg.video_every and self.iteration % cfg.video_every == 0:
                     self._video()
                 if result is not None or (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0):
@@ -262,19 +264,44 @@ class Coordinator:
             if stream is not None:
                 stream.close()
 
+    def _newest_policy(self):
+        """A copy of the policy with the newest weights, on rank 0, for --eval-every and --video-every."""
+        from marl.models import build_model, network_of
+
+        if self.playing is None:
+            with torch.random.fork_rng(devices=[]):  # its initial weights are overwritten: leave the run's RNG as it was
+                self.playing = build_model(self.learners.learner.specs, network_of(self.cfg)).eval()
+        self.playing.load_state_dict(self.weights)
+        return self.playing
+
+    def _evaluate(self) -> None:
+        """--eval-every: the newest weights' most likely actions, against random legal moves in a
+        turn-based game (each seat in turn), else on their own."""
+        from marl.evaluate import play, policy_actor, random_actor, seat_rates
+
+        t = time.perf_counter()
+        model, specs, cfg = self._newest_policy(), self.learners.learner.specs, self.cfg
+        seed = 1_000_003 + cfg.seed * 7_919 + self.iteration  # never the training envs' seeds
+        if self.info.turn_based:
+            table = seat_rates(self.info, specs, lambda: policy_actor(model, specs, seed, False), random_actor(seed + 1),
+                               cfg.eval_episodes, seed)
+            values = {"eval/win_rate_vs_random": sum(r["win"] for r in table.values()) / len(table)}
+            for agent, rates in table.items():
+                values.update({f"eval/{agent}/{k}_rate_vs_random": rates[k] for k in ("win", "draw", "loss")})
+        else:
+            returns = play(self.info, specs, policy_actor(model, specs, seed, False), cfg.eval_episodes, seed)[0]
+            everyone = [x for r in returns.values() for x in r]
+            values = {"eval/episodic_return": sum(everyone) / len(everyone)}
+        self.log.scalars({**values, "perf/eval_seconds": time.perf_counter() - t}, self.global_step)
+
     def _video(self) -> None:
         """--video-every: one episode with the newest weights (most likely actions), filmed on rank 0."""
         from marl.evaluate import play, policy_actor
-        from marl.models import build_model, network_of
 
         t = time.perf_counter()
-        specs = self.learners.learner.specs
-        if self.filming is None:
-            with torch.random.fork_rng(devices=[]):  # its initial weights are overwritten: leave the run's RNG as it was
-                self.filming = build_model(specs, network_of(self.cfg)).eval()
-        self.filming.load_state_dict(self.weights)
+        model, specs = self._newest_policy(), self.learners.learner.specs
         seed = self.cfg.seed + self.iteration
-        _, episodes = play(self.info, specs, policy_actor(self.filming, specs, seed, False), 1, seed, video=True,
+        _, episodes = play(self.info, specs, policy_actor(model, specs, seed, False), 1, seed, video=True,
                            film_only=True)
         self.log.video(episodes[0], self.iteration, self.global_step)
         self.log.scalars({"perf/video_seconds": time.perf_counter() - t}, self.global_step)

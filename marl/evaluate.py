@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -122,6 +123,9 @@ def play(info, specs, act, episodes: int, seed: int, video: bool = False,
     valid = [a.copy() for a in env.active]
     returns: list[list[float]] = [[] for _ in info.agent_ids]
     running = [np.zeros(a.shape) for a in valid]
+    # In its episode: rewards count from its first move to its end, also while it waits for its
+    # turn (a turn-based game's loser gets its -1 at the winner's move).
+    playing = [np.zeros(a.shape, dtype=bool) for a in valid]
     fresh = [np.ones(a.shape, dtype=bool) for a in valid]
     limit = 100_000 * episodes  # an agent that never finishes an episode must not hang the evaluation
     with torch.inference_mode():
@@ -134,15 +138,18 @@ def play(info, specs, act, episodes: int, seed: int, video: bool = False,
                 mask = env.masks[g]
                 a = act(spec, o, None if mask is None else torch.from_numpy(mask[0]), torch.from_numpy(fresh[g][0]))
                 actions.append(a.reshape(1, len(spec.agents), *spec.action.shape).numpy())
+            for g in range(len(specs)):
+                playing[g] |= valid[g]
             obs, rew, term, trunc, active = env.step(actions)
             if frames is not None:
                 frames.grab()
             for g, spec in enumerate(specs):
-                running[g] += np.where(valid[g], rew[g], 0.0)
-                done = (term[g] | trunc[g]) & valid[g]
+                running[g] += np.where(playing[g], rew[g], 0.0)
+                done = (term[g] | trunc[g]) & playing[g]
                 for _, j in zip(*np.nonzero(done)):
                     returns[spec.agents[j]].append(float(running[g][0, j]))
                     running[g][0, j] = 0.0
+                playing[g] &= ~done
                 fresh[g] = fresh_after(valid[g], term[g])
                 valid[g] = active[g].copy()
         else:
@@ -178,9 +185,8 @@ def evaluate(run_dir: Path, episodes: int, seed: int, sample: bool, video: bool 
     return play(info, specs, policy_actor(model, specs, seed, sample), episodes, seed, video)
 
 
-def random_returns(info, specs, episodes: int, seed: int) -> dict[str, list[float]]:
-    """The baseline a trained policy must beat: uniformly random (legal) actions; Box: standard
-    normal, then clipped by the env."""
+def random_actor(seed: int):
+    """`act` for `play`: uniformly random (legal) actions; Box: standard normal, then clipped by the env."""
     import torch
 
     from marl import distributions
@@ -192,7 +198,64 @@ def random_returns(info, specs, episodes: int, seed: int) -> dict[str, list[floa
         pi = distributions.make(spec.action, params, mask)
         return distributions.env_action(pi, pi.sample(generator)[0])
 
-    return play(info, specs, act, episodes, seed)[0]
+    return act
+
+
+def random_returns(info, specs, episodes: int, seed: int) -> dict[str, list[float]]:
+    """The baseline a trained policy must beat: every agent acting at random (`random_actor`)."""
+    return play(info, specs, random_actor(seed), episodes, seed)[0]
+
+
+def seat_actor(seat: int, mine, theirs):
+    """`act` for `play`: agent `seat` (its index in agent order) acts by `mine`, every other agent by `theirs`."""
+    import torch
+
+    def act(spec, obs, mask, starts):
+        a, b = mine(spec, obs, mask, starts), theirs(spec, obs, mask, starts)
+        here = torch.tensor([i == seat for i in spec.agents]).view(-1, *[1] * (a.dim() - 1))
+        return torch.where(here, a, b)
+
+    return act
+
+
+def outcomes(returns: list[float]) -> dict[str, float]:
+    """A game's result by the sign of the seat's return: PettingZoo's classic games pay +1 / 0 / -1."""
+    n = len(returns)
+    return {"win": sum(r > 0 for r in returns) / n, "draw": sum(r == 0 for r in returns) / n,
+            "loss": sum(r < 0 for r in returns) / n, "games": n}
+
+
+def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool) -> dict[str, dict[str, float]]:
+    """Each seat in turn played by the run's policy against `opponent` ("random", or another run's
+    directory: its policy, for the same env) on every other seat: win / draw / loss per seat."""
+    from envs import describe
+    from marl.config import UsageError
+    from marl.policy_file import load_policy
+
+    model, specs, meta = load_policy(run_dir / "policy.pt")
+    info = describe(meta["env"], meta["agents"], meta["env_kwargs"], tuple(meta["obs_keys"]), tuple(meta["wrappers"]))
+    if opponent == "random":
+        theirs = random_actor(seed + 1)
+    else:
+        other = Path(opponent)
+        if not (other / "policy.pt").is_file():
+            raise UsageError(f"--opponent {opponent}: no policy.pt there; pass random or a run directory")
+        other_model, other_specs, other_meta = load_policy(other / "policy.pt")
+        if (other_meta["env"], other_meta["agent_ids"]) != (meta["env"], meta["agent_ids"]):
+            raise UsageError(f"--opponent {opponent} was trained on {other_meta['env']}, not {meta['env']}")
+        if [s.to_dict() for s in other_specs] != [s.to_dict() for s in specs]:
+            raise UsageError(f"--opponent {opponent} maps its agents to other policies than {run_dir}")
+        theirs = policy_actor(other_model, other_specs, seed + 1, sample)
+    return seat_rates(info, specs, lambda: policy_actor(model, specs, seed, sample), theirs, games, seed)
+
+
+def seat_rates(info, specs, mine, theirs, games: int, seed: int) -> dict[str, dict[str, float]]:
+    """For each seat in turn: `mine()` (a fresh `act`) on it, `theirs` on every other; its outcomes."""
+    table = {}
+    for seat, agent in enumerate(info.agent_ids):
+        returns = play(info, specs, seat_actor(seat, mine(), theirs), games, seed + 1_000 * seat)[0][agent]
+        table[agent] = outcomes(returns)
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--video", metavar="DIR", default="", help="also write each episode of the rendered env (the first "
                    "agent's for N copies of a Gymnasium env) to DIR/episode_000.mp4, ... (pip install -e '.[video]')")
     p.add_argument("--video-format", choices=("mp4", "gif"), default="mp4", help="gif: animated pictures, e.g. for a README")
+    p.add_argument("--opponent", default="", help="games: play each seat in turn against `random` (uniformly random "
+                   "legal moves) or another run's policy (its directory) on the other seats, --episodes games per "
+                   "seat, and print win / draw / loss rates per seat")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead: per agent mean / min / max "
+                   "return, and with --opponent the rates per seat")
     args = p.parse_args(argv)
     import torch
 
@@ -241,10 +309,23 @@ def main(argv: list[str] | None = None) -> int:
             path = out / f"episode_{i:03d}.{args.video_format}"
             video.write(path, frames)
             print(f"video: {path} ({len(frames)} frames, {frames[0].shape[1]}x{frames[0].shape[0]})")
+    try:
+        table = versus(run_dir, args.opponent, args.episodes, args.seed, args.sample) if args.opponent else None
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    agents = {a: {"mean": sum(r) / len(r), "min": min(r), "max": max(r), "episodes": len(r)} for a, r in results.items()}
+    if args.json:
+        print(json.dumps({"run": str(run_dir), "agents": agents,
+                          **({"opponent": args.opponent, "seats": table} if table is not None else {})}))
+        return 0
     everyone = [x for r in results.values() for x in r]
-    for agent, r in results.items():
-        print(f"{agent}: mean {sum(r) / len(r):8.1f} | min {min(r):8.1f} | max {max(r):8.1f} | {len(r)} episodes")
+    for agent, r in agents.items():
+        print(f"{agent}: mean {r['mean']:8.1f} | min {r['min']:8.1f} | max {r['max']:8.1f} | {r['episodes']} episodes")
     print(f"all agents: mean {sum(everyone) / len(everyone):.1f} over {len(everyone)} episodes")
+    for agent, rates in (table or {}).items():
+        print(f"{agent} (this policy) vs {args.opponent}: win {rates['win']:6.1%} | draw {rates['draw']:6.1%} | "
+              f"loss {rates['loss']:6.1%} over {rates['games']} games")
     return 0
 
 

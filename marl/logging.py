@@ -17,7 +17,7 @@ from marl.config import Config, to_toml
 
 # Fields that say where a run writes or how it is watched, not how it learns: not hyperparameters.
 NOT_HPARAMS = {"logdir", "run_name", "overwrite", "resume", "rpc_timeout", "checkpoint_every", "keep_checkpoints",
-               "video_every", "track", "wandb_project_name", "wandb_entity"}
+               "eval_every", "eval_episodes", "video_every", "track", "wandb_project_name", "wandb_entity"}
 # The HParams dashboard's metric columns (their values are also scalars of these tags).
 FINAL_METRICS = ("hparams/final_mean_return", "hparams/steps_to_target", "hparams/wall_seconds", "hparams/SPS")
 

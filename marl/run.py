@@ -119,6 +119,20 @@ def slow_here(cfg, gpu: bool) -> list[str]:
     return lines
 
 
+def check_turn_based(cfg, recurrent: bool) -> None:
+    """A turn-based game (PettingZoo AEC, envs.aec): an agent's transition spans the other agents'
+    moves, so a request must hold whole games, and what learns from it must skip the waits."""
+    why = f"{cfg.env} is a turn-based game (PettingZoo AEC): "
+    if cfg.rollout != "episodes":
+        raise UsageError(why + "a move's outcome can come in another request, so requests collect whole games: "
+                         "pass --rollout episodes (or start from configs/tictactoe.toml)")
+    if cfg.algo != "ppo":
+        raise UsageError(why + f"--algo {cfg.algo}'s V-trace does not skip a waiting agent's steps yet; use --algo ppo")
+    if recurrent:
+        raise UsageError(why + "recurrent policies do not skip a waiting agent's steps yet; drop --core (or the "
+                         "recurrent --model)")
+
+
 def check_extras(cfg, info) -> None:
     """Options that need an optional extra say which, before any process starts; --video-every needs
     an env that renders, too."""
@@ -211,6 +225,8 @@ def prepare(values: dict):
             check_compatible(Path(cfg.resume), cfg, info)
     except (EnvError, CheckpointError, PolicyError, ModelError) as e:
         raise UsageError(str(e)) from None
+    if info.turn_based:
+        check_turn_based(cfg, recurrent)
     if info.dropped:
         print(f"marl: observation keys {', '.join(info.dropped)} are left out (no network reads them); "
               f"choose keys with --obs-keys", flush=True)

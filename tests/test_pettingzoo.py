@@ -200,7 +200,7 @@ class _Unusable(pz_envs.LeavingAgents):
 
 @pytest.mark.parametrize("env_id, agents, kwargs, message", [
     ("pettingzoo:no_such_pkg_xyz.env", None, {}, r"pip install -e '\.\[pettingzoo\]'"),
-    ("pettingzoo:json", None, {}, "has no parallel_env"),
+    ("pettingzoo:json", None, {}, r"has neither parallel_env\(\) nor env\(\)"),
     ("pettingzoo:", None, {}, "expected pettingzoo:<module>.<env>"),
     (PZ, 5, {}, r"has 3 agents \(a, b, c\), not 5: pass --agents 3"),
     (PZ, None, {"colour": "red"}, "colour"),

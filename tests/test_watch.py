@@ -72,7 +72,8 @@ def test_training_films_coop_nav_and_fills_the_hparams_dashboard(train):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    r = train("--env", "pettingzoo:envs.coop_nav", "--total-steps", "6000", "--video-every", "2", "--run-name", "nav")
+    r = train("--env", "pettingzoo:envs.coop_nav", "--total-steps", "6000", "--video-every", "2", "--eval-every", "3",
+              "--eval-episodes", "4", "--run-name", "nav")
     assert r.returncode == 0, r.stderr[-2000:]
     run = train.logdir / "nav"
     iterations = int([line for line in r.stdout.splitlines() if line.startswith("iter ")][-1].split()[1])
@@ -103,6 +104,8 @@ def test_training_films_coop_nav_and_fills_the_hparams_dashboard(train):
     assert "hparams/steps_to_target" not in scalars  # no target reached: the column stays empty
     assert scalars["hparams/wall_seconds"][-1][1] == pytest.approx(result["seconds"], rel=1e-5)  # one world: its time
     assert len(scalars["perf/video_seconds"]) == len(videos)
+    assert len(scalars["eval/episodic_return"]) == iterations // 3  # --eval-every on a game that is not turn-based
+    assert all(-200 < v < 0 for _, v in scalars["eval/episodic_return"])
 
 
 def test_an_env_that_cannot_render_is_refused_before_training(train):

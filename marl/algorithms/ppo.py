@@ -56,7 +56,7 @@ class PPO:
 
     def targets(self, traj: dict, current=None) -> tuple[torch.Tensor, torch.Tensor]:
         return gae(traj["rewards"], traj["values"], traj["next_value"], traj["terminated"], traj["truncated"],
-                   traj["bootstrap_value"], self.cfg.gamma, self.cfg.gae_lambda)
+                   traj["bootstrap_value"], self.cfg.gamma, self.cfg.gae_lambda, traj["valid"])
 
     def loss(self, new_logp, entropy, new_value, mb):
         cfg = self.cfg

@@ -1,0 +1,195 @@
+"""Turn-based games (PettingZoo AEC, envs/aec.py): what the actor records against PettingZoo's own
+agent_iter() loop, legal moves only, the gap-aware GAE, and tic-tac-toe self-play from the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import ROOT, read_scalars
+
+pytest.importorskip("pettingzoo.classic")
+
+TICTACTOE = "pettingzoo:pettingzoo.classic.tictactoe_v3"
+
+
+def test_the_wrapped_aec_games_pass_pettingzoos_api_test():
+    from pettingzoo.classic import connect_four_v3, tictactoe_v3
+    from pettingzoo.test import api_test
+
+    for module in (tictactoe_v3, connect_four_v3):
+        api_test(module.env(), num_cycles=200)
+
+
+def test_aec_is_told_from_parallel_by_the_object():
+    from envs import describe
+
+    assert describe(TICTACTOE).turn_based and describe("pettingzoo:pettingzoo.classic.connect_four_v3").turn_based
+    assert not describe("pettingzoo:envs.coop_nav").turn_based  # a Parallel module
+
+
+def reference_game(moves: list[int]) -> dict[str, list[tuple[np.ndarray, int, float, bool]]]:
+    """Replay `moves` in PettingZoo's own loop: per agent, its transitions (observation it moved on,
+    its move, the reward last() reports at its next turn or at the end, whether the game ended)."""
+    from pettingzoo.classic import tictactoe_v3
+
+    env = tictactoe_v3.env()
+    env.reset()
+    pending: dict[str, list] = {}
+    out: dict[str, list] = {a: [] for a in env.possible_agents}
+    moves = list(moves)
+    for agent in env.agent_iter():
+        obs, reward, term, trunc, _ = env.last()
+        if agent in pending:  # its previous move's outcome: what it accumulated since then
+            o, m = pending.pop(agent)
+            out[agent].append((o, m, float(reward), bool(term or trunc)))
+        if term or trunc:
+            env.step(None)
+            continue
+        move = moves.pop(0)
+        pending[agent] = (obs["observation"].copy(), move)
+        env.step(move)
+    assert not moves and not pending
+    return out
+
+
+def test_the_actor_records_each_seats_moves_as_pettingzoos_own_loop_does():
+    from envs import describe
+    from marl.actor import RolloutWorker
+    from marl.config import Config
+
+    info = describe(TICTACTOE)
+    cfg = dataclasses.replace(Config(), env=TICTACTOE, agents=2, envs_per_actor=8, rollout="episodes",
+                              episodes_per_request=3)
+    w = RolloutWorker(cfg, info, index=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # PettingZoo warns (and ends the game) on an illegal move
+        rollout = w.collect(0, w.policy.state_dict())
+    tr = rollout.trajectories["shared"]
+    valid, board = tr["valid"], tr["obs"]["observation"]
+    T, E, N = valid.shape
+    games = 0
+    for c in range(E):
+        rows = [t for t in range(T) if valid[t, c].any()]
+        assert all(int(valid[t, c].sum()) == 1 for t in rows)  # one mover per step
+        # Cut the copy's moves into games at the rows where the final move was made.
+        game: list[tuple[int, int]] = []  # (row, seat)
+        for t in rows:
+            seat = int(valid[t, c].nonzero())
+            game.append((t, seat))
+            latest = {s2: r for r, s2 in game}
+            # The game is over once every seat's latest move is flagged terminal (the loser's is an earlier row).
+            if len(latest) == N and all(bool(tr["terminated"][r, c, s2]) for s2, r in latest.items()):
+                moves = [int(tr["actions"][r, c, s]) for r, s in game]
+                ref = reference_game(moves)
+                for s, agent in enumerate(info.agent_ids):
+                    mine = [(r, s2) for r, s2 in game if s2 == s]
+                    assert len(mine) == len(ref[agent])
+                    for (r, _), (obs, move, reward, ended) in zip(mine, ref[agent]):
+                        assert np.array_equal(board[r, c, s].numpy(), obs) and int(tr["actions"][r, c, s]) == move
+                        assert float(tr["rewards"][r, c, s]) == reward  # the loser's -1 on its own last move
+                        assert bool(tr["terminated"][r, c, s]) == ended
+                games += 1
+                game = []
+        assert not game  # whole games only
+    assert games == E * cfg.episodes_per_request
+    # Every seat's finished game is reported with the return PettingZoo gives it.
+    assert rollout.episode_returns.numel() == 2 * games
+    assert sorted(rollout.episode_returns.tolist()) == sorted(float(tr["rewards"][t, c, s]) for t, c, s in
+                                                             (tr["terminated"] & valid).nonzero().tolist())
+
+
+def test_no_illegal_move_is_ever_sent_over_100k_moves():
+    torch.set_num_threads(1)  # as in an actor process: batches of 256 rows, where threads cost more than they give
+    from envs import describe
+    from marl.actor import RolloutWorker
+    from marl.config import Config
+
+    info = describe(TICTACTOE)
+    cfg = dataclasses.replace(Config(), env=TICTACTOE, agents=2, envs_per_actor=128, rollout="episodes",
+                              episodes_per_request=8)
+    w = RolloutWorker(cfg, info, index=0)
+    moves = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        while moves < 100_000:
+            tr = w.collect(0, w.policy.state_dict() if moves == 0 else None).trajectories["shared"]
+            valid = tr["valid"]
+            chosen = tr["action_mask"].gather(-1, tr["actions"].unsqueeze(-1)).squeeze(-1)
+            assert bool(chosen[valid].all())
+            moves += int(valid.sum())
+
+
+def reference_gae(rewards, values, valid, done, gamma, lam, next_value):
+    """Slot by slot: drop the steps it sat out, then the plain recursion over what is left."""
+    T = rewards.shape[0]
+    out = torch.zeros_like(values)
+    for slot in range(rewards.shape[1]):
+        idx = [t for t in range(T) if valid[t, slot]]
+        adv = 0.0
+        for k in reversed(range(len(idx))):
+            t = idx[k]
+            nxt = values[idx[k + 1], slot] if k + 1 < len(idx) else next_value[slot]
+            nxt = 0.0 if done[t, slot] else nxt
+            adv = rewards[t, slot] + gamma * nxt - values[t, slot] + (0.0 if done[t, slot] else gamma * lam * adv)
+            out[t, slot] = adv
+    return out
+
+
+def test_gae_skips_the_steps_a_waiting_agent_sat_out():
+    from marl.algorithms.gae import gae
+
+    g = torch.Generator().manual_seed(0)
+    T, S = 12, 6
+    rewards, values = torch.randn(T, S, generator=g, dtype=torch.float64), torch.randn(T, S, generator=g, dtype=torch.float64)
+    valid = torch.rand(T, S, generator=g) < 0.55
+    terminated = (torch.rand(T, S, generator=g) < 0.15) & valid
+    truncated = torch.zeros(T, S, dtype=torch.bool)
+    next_value = torch.randn(S, generator=g, dtype=torch.float64)
+    adv, ret = gae(rewards, values, next_value, terminated, truncated, torch.zeros(T, S, dtype=torch.float64),
+                   0.97, 0.9, valid)
+    ref = reference_gae(rewards, values, valid, terminated, 0.97, 0.9, next_value)
+    assert torch.allclose(adv[valid], ref[valid]) and torch.allclose(ret[valid], (ref + values)[valid])
+    # All valid: the plain GAE, bit for bit.
+    full = gae(rewards, values, next_value, terminated, truncated, torch.zeros(T, S, dtype=torch.float64), 0.97, 0.9)
+    same = gae(rewards, values, next_value, terminated, truncated, torch.zeros(T, S, dtype=torch.float64), 0.97, 0.9,
+               torch.ones(T, S, dtype=torch.bool))
+    assert torch.equal(full[0], same[0])
+
+
+def test_tictactoe_self_play_beats_random_play(train):
+    r = train("--config", str(ROOT / "configs" / "tictactoe.toml"), "--total-steps", "80000", "--eval-every", "40",
+              "--eval-episodes", "50", "--run-name", "ttt")
+    assert r.returncode == 0, r.stderr[-3000:]
+    iterations = int([line for line in r.stdout.splitlines() if line.startswith("iter ")][-1].split()[1])
+    scalars = read_scalars(train.logdir / "ttt")
+    for tag in ["eval/win_rate_vs_random"] + [f"eval/{a}/{k}_rate_vs_random" for a in ("player_1", "player_2")
+                                              for k in ("win", "draw", "loss")]:
+        assert len(scalars[tag]) == iterations // 40, tag
+    for (_, w), (_, a), (_, b) in zip(scalars["eval/win_rate_vs_random"], scalars["eval/player_1/win_rate_vs_random"],
+                                      scalars["eval/player_2/win_rate_vs_random"]):
+        assert w == pytest.approx((a + b) / 2)
+    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "ttt"), "--opponent", "random",
+                        "--episodes", "300", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert e.returncode == 0, e.stderr[-2000:]
+    out = json.loads(e.stdout)
+    first, second = out["seats"]["player_1"], out["seats"]["player_2"]
+    assert first["games"] == second["games"] == 300
+    assert abs(first["win"] + first["draw"] + first["loss"] - 1) < 1e-9
+    # Random against random: the first player wins 58%, the second 29% (PettingZoo's rules).
+    assert first["win"] >= 0.75 and second["win"] >= 0.40, out["seats"]
+    assert set(out["agents"]) == {"player_1", "player_2"} and out["agents"]["player_1"]["episodes"] == 300
+
+
+def test_turn_based_games_need_whole_game_requests_and_ppo(train):
+    r = train("--env", TICTACTOE, "--run-name", "steps")
+    assert r.returncode == 2 and "pass --rollout episodes" in r.stderr and "Traceback" not in r.stderr
+    r = train("--config", str(ROOT / "configs" / "tictactoe.toml"), "--algo", "appo", "--run-name", "appo")
+    assert r.returncode == 2 and "use --algo ppo" in r.stderr
