@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from envs import EnvInfo, make_agent_batch
@@ -41,6 +42,16 @@ class RolloutWorker:
         # Each actor's envs and sampling get their own stream, all derived from the run's seed.
         seed = cfg.seed * 100_003 + 7_919 * (index + 1) + 1_000_003 * seed_offset
         self.generator = torch.Generator().manual_seed(seed)
+        # --opponents pool: the frozen snapshots this actor holds, the one it plays this request, and
+        # per env copy the seat (agent index) that snapshot plays in the current game (-1: none).
+        self.snapshots: dict[int, dict] = {}
+        self.opponent_id: int | None = None
+        if cfg.opponents == "pool":
+            with torch.random.fork_rng(devices=[]):  # its weights come from the pool: leave the global stream alone
+                self.frozen = build_model(self.specs, network_of(cfg)).eval()
+        self.frozen_seat = torch.full((self.copies,), -1, dtype=torch.int64)
+        self._agent_index = [torch.tensor(s.agents).unsqueeze(0) for s in self.specs]
+        self._nobody = [torch.zeros((self.copies, len(s.agents)), dtype=torch.bool) for s in self.specs]
         self._reset(seed)
         self._buffers: list[dict] = [{} for _ in self.specs]
         self._capacity = 0
@@ -50,8 +61,26 @@ class RolloutWorker:
         self.obs = [policy_obs(spec, o, (self.copies,)) for spec, o in zip(self.specs, obs)]
         self.masks = [None if m is None else torch.from_numpy(m) for m in self.env.masks]
 
+    def _draw_opponents(self, copies: torch.Tensor) -> None:
+        """For each env copy in `copies` (bool [copies]) starting a game: with probability --pool-prob,
+        the seat the snapshot plays in it, uniformly among the agents; else none."""
+        n = len(self.info.agent_ids)
+        if self.opponent_id is None:
+            self.frozen_seat[copies] = -1
+            return
+        draw = torch.rand(self.copies, generator=self.generator) < self.cfg.pool_prob
+        seat = torch.randint(n, (self.copies,), generator=self.generator)
+        self.frozen_seat = torch.where(copies, torch.where(draw, seat, -1), self.frozen_seat)
+
+    def _frozen(self, g: int) -> torch.Tensor:
+        """[copies, agents of policy g]: the slots a snapshot plays in the current games."""
+        if self.opponent_id is None:
+            return self._nobody[g]
+        return self.frozen_seat.unsqueeze(1) == self._agent_index[g]
+
     def _reset(self, seed: int | None) -> None:
         self._observe(self.env.reset(seed=seed))
+        self._draw_opponents(torch.ones(self.copies, dtype=torch.bool))
         # Per slot: its next step is a real transition (not an autoreset step, not a departed agent's padding).
         self.active = [torch.from_numpy(a.copy()) for a in self.env.active]
         self.ep_return = [torch.zeros(a.shape, dtype=torch.float64) for a in self.active]
@@ -75,10 +104,17 @@ class RolloutWorker:
             self._buffers[g] = new
         self._capacity = cap
 
-    def _forward(self, g: int, state: torch.Tensor | None):
+    def _forward(self, g: int, state: torch.Tensor | None, model=None):
         """Policy g's distribution and values for the current observations, the critic's state
-        input, and a recurrent policy's state after this step (None for a feed-forward one)."""
+        input, and a recurrent policy's state after this step (None for a feed-forward one).
+        `model`: another set of the same networks (a frozen snapshot), feed-forward."""
         spec = self.specs[g]
+        if model is not None:
+            s = critic_state(spec, state)
+            flat = {k: x.reshape(-1, *x.shape[2:]) for k, x in self.obs[g].items()}
+            params, _, _ = model.policies[spec.name](flat, None if s is None else s.reshape(-1, spec.state_dim))
+            mask = self.masks[g]
+            return distributions.make(spec.action, params, None if mask is None else mask.reshape(-1, mask.shape[-1]))
         s = critic_state(spec, state)
         flat = {k: x.reshape(-1, *x.shape[2:]) for k, x in self.obs[g].items()}
         s_flat = None if s is None else s.reshape(-1, spec.state_dim)
@@ -95,14 +131,25 @@ class RolloutWorker:
         dist = distributions.make(spec.action, params, None if mask is None else mask.reshape(-1, mask.shape[-1]))
         return dist, value.reshape(lead), s, core
 
-    def collect(self, version: int, state_dict: dict[str, torch.Tensor] | None) -> Rollout:
-        """One rollout with policy `version` (its weights come along only when this actor lacks them)."""
+    def collect(self, version: int, state_dict: dict[str, torch.Tensor] | None,
+                opponent: tuple[int, dict | None, list[int]] | None = None) -> Rollout:
+        """One rollout with policy `version` (its weights come along only when this actor lacks them).
+        `opponent` (--opponents pool): (snapshot id, its weights unless this actor holds them, the
+        ids the pool still has) of the snapshot that plays a seat in some of this request's games."""
         start = time.perf_counter()
         if state_dict is not None:
             self.policy.load_state_dict(state_dict)
             self.version = version
         if self.version != version:
             raise RuntimeError(f"actor {self.index} holds policy version {self.version}, was asked to act with {version}")
+        self.opponent_id = None
+        if opponent is not None:
+            snap, weights, keep = opponent
+            if weights is not None:
+                self.snapshots[snap] = weights
+            self.snapshots = {k: v for k, v in self.snapshots.items() if k in keep}
+            self.frozen.load_state_dict(self.snapshots[snap])
+            self.opponent_id = snap
         with torch.inference_mode():
             if self.cfg.rollout == "steps":
                 steps, episodes = self._run(self.cfg.num_steps, quota=None)
@@ -191,6 +238,14 @@ class RolloutWorker:
                     self.core[g] = core
                 action, logprob = dist.sample(self.generator)
                 action = action.reshape(self.copies, len(spec.agents), *spec.action.shape)
+                frozen = self._frozen(g)
+                env_action = distributions.env_action(dist, action).numpy()
+                if bool(frozen.any()):  # those seats move as the snapshot would; their rows stay invalid
+                    theirs = self._forward(g, state, self.frozen)
+                    a_op = theirs.sample(self.generator)[0].reshape(action.shape)
+                    pick = frozen.view(*frozen.shape, *[1] * (action.dim() - 2))
+                    env_action = np.where(pick.numpy(), distributions.env_action(theirs, a_op).numpy(), env_action)
+                    action = torch.where(pick, a_op, action)
                 for name, x in self.obs[g].items():
                     B["obs"][name][t] = x
                 B["actions"][t], B["values"][t] = action, value
@@ -199,13 +254,15 @@ class RolloutWorker:
                     B["action_mask"][t] = self.masks[g]
                 if s is not None:
                     B["state"][t] = s
-                actions.append(distributions.env_action(dist, action).numpy())
+                actions.append(env_action)
             obs, rew, term, trunc, active = self.env.step(actions)
             for g, spec in enumerate(self.specs):
                 B = self._buffers[g]
-                valid = self.active[g].clone() if quota is not None else self.active[g]
+                frozen = self._frozen(g)
+                valid = self.active[g] & ~frozen
                 if quota is not None:
                     valid &= done_count[g] < quota
+                    done_count[g] += (torch.from_numpy(term[g]) | torch.from_numpy(trunc[g])) & frozen
                 r_t, te_t, tr_t = torch.from_numpy(rew[g]), torch.from_numpy(term[g]), torch.from_numpy(trunc[g])
                 B["rewards"][t] = r_t
                 term_g, trunc_g = te_t & valid, tr_t & valid
@@ -233,6 +290,10 @@ class RolloutWorker:
                 # says so with active False, as it does for the padding of an agent that left its episode.
                 # (A slot past its episode quota stays invalid until the next request resets every env.)
                 self.active[g] = torch.from_numpy(active[g])
+            if self.opponent_id is not None:
+                over = ~torch.stack([a.any(dim=1) for a in self.active]).any(dim=0)  # copies whose next step is a reset
+                if bool(over.any()):
+                    self._draw_opponents(over)
             self._observe(obs)
             t += 1
 

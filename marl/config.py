@@ -39,6 +39,10 @@ class Config:
     # --- policies
     policies: typing.Union[str, dict] = _f("shared", "which network acts for which agent: `shared` (one network for all: parameter sharing), `per-agent`, or a mapping of agent-id patterns to policy names (JSON, or a TOML table), first match wins", mapping=True)
     agent_id_input: bool = _f(False, "append a one-hot of the agent (within its policy) to a shared policy's observation, so that one network can act differently per agent")
+    opponents: str = _f("self", "`self`: every seat plays the current policy (self-play); `pool`: also a pool of frozen snapshots of it (every --snapshot-every iterations, at most --pool-size, the first one the initial weights): each game, with probability --pool-prob, one seat is played by a snapshot drawn from the pool, and makes no training samples (PettingZoo envs)", choices=("self", "pool"))
+    snapshot_every: int = _f(10, "--opponents pool: iterations between snapshots")
+    pool_size: int = _f(10, "--opponents pool: snapshots kept (the oldest goes first)")
+    pool_prob: float = _f(0.5, "--opponents pool: probability that a game has one seat played by a snapshot")
     critic: str = _f("local", "`local`: each agent's critic sees its own observation (IPPO); `central`: the critic sees the global state, env.state() or all agents' observations in a fixed order (MAPPO)", choices=("local", "central"))
     # --- processes
     actors: int = _f(2, "actor processes (RPC workers stepping environments)")
@@ -331,6 +335,11 @@ def validate(cfg: Config, *, gpus: int) -> Config:
         raise UsageError(f"--checkpoint-every must be at least 0 (0: only at the end), got {cfg.checkpoint_every}")
     if cfg.keep_checkpoints < 1:
         raise UsageError(f"--keep-checkpoints must be at least 1, got {cfg.keep_checkpoints}")
+    if cfg.snapshot_every < 1 or cfg.pool_size < 1:
+        name, v = ("snapshot_every", cfg.snapshot_every) if cfg.snapshot_every < 1 else ("pool_size", cfg.pool_size)
+        raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {v}")
+    if not 0 <= cfg.pool_prob <= 1:
+        raise UsageError(f"--pool-prob must be in [0, 1], got {cfg.pool_prob}")
     if cfg.eval_every < 0:
         raise UsageError(f"--eval-every must be at least 0 (0: never), got {cfg.eval_every}")
     if cfg.eval_episodes < 1:

@@ -28,6 +28,7 @@ from marl.control import HEAL_EXIT, RunControl, StartupClock
 from marl.errors import AllActorsLost, NonFiniteError
 from marl.learner import Learner, LearnerGroup
 from marl.logging import RunLogger
+from marl.opponents import OpponentPool
 from marl.policy_file import export_policy
 from marl.run import RESULT_FILE
 from marl.trajectory import Rollout
@@ -57,12 +58,15 @@ class ActorPool:
     it is dropped and the run goes on degraded."""
 
     def __init__(self, cfg: Config, info: EnvInfo, log: Callable[[str], None] = print, seed_offset: int = 0,
-                 heal: bool = False):
-        """`seed_offset` gives a resumed run's actors env seeds of their own (the iteration it resumes at)."""
+                 heal: bool = False, opponents: OpponentPool | None = None):
+        """`seed_offset` gives a resumed run's actors env seeds of their own (the iteration it resumes at).
+        `opponents`: the pool each request draws a frozen snapshot from (--opponents pool)."""
         self.cfg, self.log, self.heal = cfg, log, heal
         self.actors = [rpc.remote(f"actor{i}", RolloutWorker, args=(cfg, info, i, seed_offset)) for i in range(cfg.actors)]
         self.held = [-1] * cfg.actors
         self.alive = [True] * cfg.actors
+        self.opponents = opponents
+        self.held_snapshots: list[set[int]] = [set() for _ in range(cfg.actors)]
 
     @property
     def live(self) -> int:
@@ -86,7 +90,13 @@ class ActorPool:
         (A request that fails drops the actor, so counting it as holding the version is safe.)"""
         send = weights if self.held[i] != version else None
         self.held[i] = version
-        return self.actors[i].rpc_async(timeout=self.cfg.rpc_timeout).collect(version, send)
+        opponent = None
+        if self.opponents is not None and self.opponents.snapshots:
+            snap, frozen = self.opponents.draw()
+            keep = self.opponents.ids
+            opponent = (snap, None if snap in self.held_snapshots[i] else frozen, keep)
+            self.held_snapshots[i] = {k for k in self.held_snapshots[i] if k in keep} | {snap}
+        return self.actors[i].rpc_async(timeout=self.cfg.rpc_timeout).collect(version, send, opponent)
 
     def collect(self, version: int, weights: dict[str, torch.Tensor]) -> list[Rollout]:
         """One rollout from every live actor, all requested at once."""
@@ -186,15 +196,22 @@ class Coordinator:
         self.restarts, self.restarts_allowed = restarts
         self.weights: dict[str, torch.Tensor] | None = None
         self.playing = None  # --eval-every's and --video-every's copy of the policy, built on first use
+        self.snapshot_model = None
 
     def run(self, resume: dict | None = None) -> Result:
         """Train until the target or the budget; `resume` is a checkpoint's trainer state to continue from."""
         cfg, log = self.cfg, self.log
         self.clock.mark("learner")
         start = time.perf_counter()
+        self.opponents = OpponentPool(cfg.pool_size, cfg.seed) if cfg.opponents == "pool" else None
         actors = self.actors = ActorPool(cfg, self.info, self.log.print, seed_offset=resume["iteration"] if resume else 0,
-                                         heal=self.restarts < self.restarts_allowed)
+                                         heal=self.restarts < self.restarts_allowed, opponents=self.opponents)
         self.weights = self.learners.gather()
+        if self.opponents is not None:
+            if resume is not None and "opponents" in resume:
+                self.opponents.load_state_dict(resume["opponents"])
+            elif resume is None:
+                self.opponents.add(0, self.weights)  # the first opponent: the initial weights
         self.recent: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self.iteration = self.global_step = self.version = self.saved = 0
         self.start, self.seconds_before = start, 0.0  # wall time of the run's earlier worlds, if any
@@ -252,6 +269,8 @@ class Coordinator:
                 t3 = time.perf_counter()
                 self.global_step += steps
                 result = self._log(start, rollouts, metrics, used, lag, (t0, t1, t2, t3))
+                if self.opponents is not None and self.iteration % cfg.snapshot_every == 0:
+                    self.opponents.add(self.iteration, self.weights)
                 if cfg.eval_every and self.iteration % cfg.eval_every == 0:
                     self._evaluate()
                 if cfg.video_every and self.iteration % cfg.video_every == 0:
@@ -274,10 +293,19 @@ class Coordinator:
         self.playing.load_state_dict(self.weights)
         return self.playing
 
+    def _snapshot_model(self):
+        """A second copy of the networks, for a frozen snapshot's weights (--opponents pool's eval)."""
+        from marl.models import build_model, network_of
+
+        if self.snapshot_model is None:
+            with torch.random.fork_rng(devices=[]):
+                self.snapshot_model = build_model(self.learners.learner.specs, network_of(self.cfg)).eval()
+        return self.snapshot_model
+
     def _evaluate(self) -> None:
         """--eval-every: the newest weights' most likely actions, against random legal moves in a
         turn-based game (each seat in turn), else on their own."""
-        from marl.evaluate import play, policy_actor, random_actor, seat_rates
+        from marl.evaluate import play, policy_actor, random_actor, seat_rates, versus_snapshots
 
         t = time.perf_counter()
         model, specs, cfg = self._newest_policy(), self.learners.learner.specs, self.cfg
@@ -288,6 +316,13 @@ class Coordinator:
             values = {"eval/win_rate_vs_random": sum(r["win"] for r in table.values()) / len(table)}
             for agent, rates in table.items():
                 values.update({f"eval/{agent}/{k}_rate_vs_random": rates[k] for k in ("win", "draw", "loss")})
+            if self.opponents is not None:
+                table = versus_snapshots(self.info, specs, lambda: policy_actor(model, specs, seed, False),
+                                         [w for _, _, w in self.opponents.snapshots], self._snapshot_model(),
+                                         cfg.eval_episodes, seed)
+                values["eval/win_rate_vs_pool"] = sum(r["win"] for r in table.values()) / len(table)
+                for agent, rates in table.items():
+                    values.update({f"eval/{agent}/{k}_rate_vs_pool": rates[k] for k in ("win", "draw", "loss")})
         else:
             returns = play(self.info, specs, policy_actor(model, specs, seed, False), cfg.eval_episodes, seed)[0]
             everyone = [x for r in returns.values() for x in r]
@@ -346,7 +381,8 @@ class Coordinator:
         t = time.perf_counter()
         self.learners.save(self.iteration, {
             "iteration": self.iteration, "global_step": self.global_step, "version": self.version,
-            "recent": torch.tensor(list(self.recent), dtype=torch.float64), "seconds": self.wall_seconds()})
+            "recent": torch.tensor(list(self.recent), dtype=torch.float64), "seconds": self.wall_seconds(),
+            **({"opponents": self.opponents.state_dict()} if self.opponents is not None else {})})
         self.saved = self.iteration
         self.log.scalars({"perf/checkpoint_seconds": time.perf_counter() - t}, self.global_step)
 

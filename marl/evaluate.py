@@ -226,8 +226,9 @@ def outcomes(returns: list[float]) -> dict[str, float]:
 
 
 def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool) -> dict[str, dict[str, float]]:
-    """Each seat in turn played by the run's policy against `opponent` ("random", or another run's
-    directory: its policy, for the same env) on every other seat: win / draw / loss per seat."""
+    """Each seat in turn played by the run's policy against `opponent` ("random"; "pool": the frozen
+    snapshots of the run's newest checkpoint; or another run's directory: its policy, for the same
+    env) on every other seat: win / draw / loss per seat."""
     from envs import describe
     from marl.config import UsageError
     from marl.policy_file import load_policy
@@ -236,6 +237,18 @@ def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool) ->
     info = describe(meta["env"], meta["agents"], meta["env_kwargs"], tuple(meta["obs_keys"]), tuple(meta["wrappers"]))
     if opponent == "random":
         theirs = random_actor(seed + 1)
+    elif opponent == "pool":
+        from marl import checkpoint
+        from marl.models import build_model
+
+        newest = checkpoint.latest(run_dir)
+        state = checkpoint.read_trainer(newest) if newest is not None else {}
+        if "opponents" not in state:
+            raise UsageError(f"--opponent pool: {run_dir} has no checkpoint with a pool of opponents; it trains "
+                             f"one with --opponents pool")
+        snapshots = state["opponents"]["weights"]
+        return versus_snapshots(info, specs, lambda: policy_actor(model, specs, seed, sample), snapshots,
+                                build_model(specs, meta["network"]).eval(), games, seed)
     else:
         other = Path(opponent)
         if not (other / "policy.pt").is_file():
@@ -247,6 +260,24 @@ def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool) ->
             raise UsageError(f"--opponent {opponent} maps its agents to other policies than {run_dir}")
         theirs = policy_actor(other_model, other_specs, seed + 1, sample)
     return seat_rates(info, specs, lambda: policy_actor(model, specs, seed, sample), theirs, games, seed)
+
+
+def versus_snapshots(info, specs, mine, snapshots: list[dict], model, games: int, seed: int) -> dict[str, dict[str, float]]:
+    """`seat_rates` against each frozen snapshot in turn (`model` takes each one's weights, sampling), about
+    `games` games per seat in all, split evenly; the rates over all of them."""
+    each = max(1, games // len(snapshots))
+    totals: dict[str, dict[str, float]] = {}
+    for k, weights in enumerate(snapshots):
+        model.load_state_dict(weights)
+        # The snapshots sample their moves, as when they play in training: greedy against greedy
+        # would be one game, played `each` times.
+        table = seat_rates(info, specs, mine, policy_actor(model, specs, seed + 7 * k, True), each, seed + 7 * k)
+        for agent, rates in table.items():
+            t = totals.setdefault(agent, {"win": 0.0, "draw": 0.0, "loss": 0.0, "games": 0})
+            for key in ("win", "draw", "loss"):
+                t[key] += rates[key] * rates["games"]
+            t["games"] += rates["games"]
+    return {a: {**{k: t[k] / t["games"] for k in ("win", "draw", "loss")}, "games": t["games"]} for a, t in totals.items()}
 
 
 def seat_rates(info, specs, mine, theirs, games: int, seed: int) -> dict[str, dict[str, float]]:
@@ -269,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
                    "agent's for N copies of a Gymnasium env) to DIR/episode_000.mp4, ... (pip install -e '.[video]')")
     p.add_argument("--video-format", choices=("mp4", "gif"), default="mp4", help="gif: animated pictures, e.g. for a README")
     p.add_argument("--opponent", default="", help="games: play each seat in turn against `random` (uniformly random "
-                   "legal moves) or another run's policy (its directory) on the other seats, --episodes games per "
-                   "seat, and print win / draw / loss rates per seat")
+                   "legal moves), `pool` (the frozen snapshots in the run's newest checkpoint, --opponents pool: "
+                   "--episodes games per seat split evenly among them) or another run's policy (its directory) on "
+                   "the other seats, --episodes games per seat, and print win / draw / loss rates per seat")
     p.add_argument("--json", action="store_true", help="print one JSON object instead: per agent mean / min / max "
                    "return, and with --opponent the rates per seat")
     args = p.parse_args(argv)

@@ -227,6 +227,8 @@ def prepare(values: dict):
         raise UsageError(str(e)) from None
     if info.turn_based:
         check_turn_based(cfg, recurrent)
+    if cfg.opponents == "pool" and not info.is_pettingzoo:
+        raise UsageError(f"--opponents pool plays seats of a PettingZoo game; {cfg.env}'s agents are independent copies")
     if info.dropped:
         print(f"marl: observation keys {', '.join(info.dropped)} are left out (no network reads them); "
               f"choose keys with --obs-keys", flush=True)

@@ -193,3 +193,60 @@ def test_turn_based_games_need_whole_game_requests_and_ppo(train):
     assert r.returncode == 2 and "pass --rollout episodes" in r.stderr and "Traceback" not in r.stderr
     r = train("--config", str(ROOT / "configs" / "tictactoe.toml"), "--algo", "appo", "--run-name", "appo")
     assert r.returncode == 2 and "use --algo ppo" in r.stderr
+
+
+def test_a_frozen_snapshot_plays_one_seat_and_makes_no_samples():
+    from envs import describe
+    from marl.actor import RolloutWorker
+    from marl.config import Config
+
+    info = describe(TICTACTOE)
+    cfg = dataclasses.replace(Config(), env=TICTACTOE, agents=2, envs_per_actor=16, rollout="episodes",
+                              episodes_per_request=4, opponents="pool", pool_prob=1.0)
+    w = RolloutWorker(cfg, info, index=0)
+    snapshot = {k: v.clone() for k, v in w.policy.state_dict().items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rollout = w.collect(0, w.policy.state_dict(), (7, snapshot, [7]))
+    assert set(w.snapshots) == {7}
+    tr = rollout.trajectories["shared"]
+    valid, ends = tr["valid"], tr["terminated"] & tr["valid"]
+    # Every game has one learning seat: per copy 4 games, each with one seat's rows valid and ending.
+    assert torch.equal(ends.sum(dim=(0, 2)), torch.full((16,), 4))
+    assert rollout.episode_returns.numel() == 16 * 4 and set(rollout.episode_returns.tolist()) <= {-1.0, 0.0, 1.0}
+    assert torch.equal(rollout.episode_lengths.sum(), valid.sum())
+    # Both seats are played by the snapshot in some games (a fair draw), and its seat never trains.
+    learned = ends.sum(dim=(0, 1))
+    assert learned.sum() == 64 and learned.min() >= 16
+    # The next request without an opponent: self-play again, both seats learn in every game.
+    plain = w.collect(0, None).trajectories["shared"]
+    assert torch.equal((plain["terminated"] & plain["valid"]).sum(dim=(0, 2)), torch.full((16,), 8))
+
+
+def test_self_play_with_a_pool_keeps_it_in_checkpoints_and_evaluates_against_it(train):
+    import torch as t
+
+    args = ["--config", str(ROOT / "configs" / "tictactoe.toml"), "--opponents", "pool", "--snapshot-every", "4",
+            "--pool-size", "3", "--eval-every", "6", "--eval-episodes", "20", "--checkpoint-every", "6"]
+    r = train(*args, "--total-steps", "12000", "--run-name", "pool")
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = train.logdir / "pool"
+    newest = sorted((run / "checkpoints").iterdir())[-1]
+    iterations = int(newest.name.split("_")[1])
+    pool = t.load(newest / "trainer.pt", weights_only=True)["opponents"]
+    made = 1 + iterations // 4  # the initial weights, then one every 4 iterations
+    assert pool["ids"] == list(range(made - 3, made)) and pool["iterations"] == [4 * i for i in range(made - 3, made)]
+    scalars = read_scalars(run)
+    assert len(scalars["eval/win_rate_vs_pool"]) == iterations // 6
+    assert 0 < sum(v for _, v in scalars["charts/episodic_return"]) / len(scalars["charts/episodic_return"]) <= 1
+    # A resume goes on with the pool, its ids counting on.
+    r = train("--resume", str(run), "--total-steps", "20000", logdir=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    newest = sorted((run / "checkpoints").iterdir())[-1]
+    later = t.load(newest / "trainer.pt", weights_only=True)["opponents"]
+    assert later["ids"][0] > pool["ids"][0] and later["next_id"] == 1 + int(newest.name.split("_")[1]) // 4
+    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(run), "--opponent", "pool", "--episodes", "30",
+                        "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert e.returncode == 0, e.stderr[-2000:]
+    seats = json.loads(e.stdout)["seats"]
+    assert seats["player_1"]["games"] == seats["player_2"]["games"] == 30  # 10 games against each of 3 snapshots
