@@ -64,6 +64,7 @@ def main() -> int:
     p.add_argument("--tag", default="charts/episodic_return", help="the scalar to draw")
     p.add_argument("--ylabel", default="episode return")
     p.add_argument("--target", type=float, default=None, help="draw this value as a dashed line")
+    p.add_argument("--target-label", default="target", help="the dashed line's name in the legend")
     args = p.parse_args()
     try:
         import matplotlib
@@ -91,7 +92,7 @@ def main() -> int:
         print(f"{label}: {len(curves)} runs, {sum(len(c) for c in curves)} points, "
               f"median at the end {ys[-1] if ys else float('nan'):.1f}")
     if args.target is not None:
-        ax.axhline(args.target, color="gray", linestyle="--", linewidth=1, label=f"target {args.target:g}")
+        ax.axhline(args.target, color="gray", linestyle="--", linewidth=1, label=f"{args.target_label} {args.target:g}")
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
         lambda x, _: f"{x / 1e6:g}M" if x >= 1e6 else f"{x / 1e3:g}k" if x else "0"))
     ax.set_xlabel("agent-steps")
