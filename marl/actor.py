@@ -107,26 +107,21 @@ class RolloutWorker:
     def _forward(self, g: int, state: torch.Tensor | None, model=None):
         """Policy g's distribution and values for the current observations, the critic's state
         input, and a recurrent policy's state after this step (None for a feed-forward one).
-        `model`: another set of the same networks (a frozen snapshot), feed-forward."""
+        `model`: another set of the same networks (a frozen snapshot; feed-forward), instead of the policy."""
         spec = self.specs[g]
-        if model is not None:
-            s = critic_state(spec, state)
-            flat = {k: x.reshape(-1, *x.shape[2:]) for k, x in self.obs[g].items()}
-            params, _, _ = model.policies[spec.name](flat, None if s is None else s.reshape(-1, spec.state_dim))
-            mask = self.masks[g]
-            return distributions.make(spec.action, params, None if mask is None else mask.reshape(-1, mask.shape[-1]))
+        net = (model or self.policy).policies[spec.name]
         s = critic_state(spec, state)
         flat = {k: x.reshape(-1, *x.shape[2:]) for k, x in self.obs[g].items()}
         s_flat = None if s is None else s.reshape(-1, spec.state_dim)
         lead = (self.copies, len(spec.agents))
-        if self.state_sizes[g]:
+        if self.state_sizes[g] and model is None:
             # One step of the sequence API: a batched call over every agent slot.
-            params, value, core = self.policy.policies[spec.name](
-                {k: x.unsqueeze(0) for k, x in flat.items()}, None if s_flat is None else s_flat.unsqueeze(0),
-                self.core[g].reshape(-1, self.state_sizes[g]), self.fresh[g].reshape(1, -1))
+            params, value, core = net({k: x.unsqueeze(0) for k, x in flat.items()},
+                                      None if s_flat is None else s_flat.unsqueeze(0),
+                                      self.core[g].reshape(-1, self.state_sizes[g]), self.fresh[g].reshape(1, -1))
             core = core.reshape(*lead, -1)
         else:
-            params, value, core = self.policy.policies[spec.name](flat, s_flat)
+            params, value, core = net(flat, s_flat)
         mask = self.masks[g]
         dist = distributions.make(spec.action, params, None if mask is None else mask.reshape(-1, mask.shape[-1]))
         return dist, value.reshape(lead), s, core
@@ -241,7 +236,7 @@ class RolloutWorker:
                 frozen = self._frozen(g)
                 env_action = distributions.env_action(dist, action).numpy()
                 if bool(frozen.any()):  # those seats move as the snapshot would; their rows stay invalid
-                    theirs = self._forward(g, state, self.frozen)
+                    theirs = self._forward(g, state, self.frozen)[0]
                     a_op = theirs.sample(self.generator)[0].reshape(action.shape)
                     pick = frozen.view(*frozen.shape, *[1] * (action.dim() - 2))
                     env_action = np.where(pick.numpy(), distributions.env_action(theirs, a_op).numpy(), env_action)

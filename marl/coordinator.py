@@ -313,16 +313,12 @@ class Coordinator:
         if self.info.turn_based:
             table = seat_rates(self.info, specs, lambda: policy_actor(model, specs, seed, False), random_actor(seed + 1),
                                cfg.eval_episodes, seed)
-            values = {"eval/win_rate_vs_random": sum(r["win"] for r in table.values()) / len(table)}
-            for agent, rates in table.items():
-                values.update({f"eval/{agent}/{k}_rate_vs_random": rates[k] for k in ("win", "draw", "loss")})
+            values = rate_scalars(table, "random")
             if self.opponents is not None:
                 table = versus_snapshots(self.info, specs, lambda: policy_actor(model, specs, seed, False),
                                          [w for _, _, w in self.opponents.snapshots], self._snapshot_model(),
                                          cfg.eval_episodes, seed)
-                values["eval/win_rate_vs_pool"] = sum(r["win"] for r in table.values()) / len(table)
-                for agent, rates in table.items():
-                    values.update({f"eval/{agent}/{k}_rate_vs_pool": rates[k] for k in ("win", "draw", "loss")})
+                values.update(rate_scalars(table, "pool"))
         else:
             returns = play(self.info, specs, policy_actor(model, specs, seed, False), cfg.eval_episodes, seed)[0]
             everyone = [x for r in returns.values() for x in r]
@@ -440,6 +436,14 @@ class Coordinator:
     def _result(self, reason: str, start: float, mean: float | None) -> Result:
         return Result(reason, len(self.actors.actors) - self.actors.live, self.global_step, self.iteration,
                       time.perf_counter() - start, mean, self.global_step - self.start_step)
+
+
+def rate_scalars(table: dict[str, dict[str, float]], against: str) -> dict[str, float]:
+    """eval/ tags of a win / draw / loss table per seat: the mean win rate over seats, and each seat's rates."""
+    values = {f"eval/win_rate_vs_{against}": sum(r["win"] for r in table.values()) / len(table)}
+    for agent, rates in table.items():
+        values.update({f"eval/{agent}/{k}_rate_vs_{against}": rates[k] for k in ("win", "draw", "loss")})
+    return values
 
 
 def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, control: RunControl) -> int:

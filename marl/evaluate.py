@@ -43,25 +43,25 @@ class RenderError(Exception):
     """The env cannot give rgb_array frames; the message is one line."""
 
 
-def rendering(info):
-    """The same env, built to give frames (render_mode="rgb_array")."""
+def rendering_batch(info, groups: list[list[int]]):
+    """One copy of the env, built to give frames (render_mode="rgb_array"); RenderError if it won't build so."""
+    from envs import make_agent_batch
     from marl.video import headless
 
     headless()
-    return dataclasses.replace(info, env_kwargs=tuple(sorted({**info.kwargs, "render_mode": "rgb_array"}.items())))
+    filmed = dataclasses.replace(info, env_kwargs=tuple(sorted({**info.kwargs, "render_mode": "rgb_array"}.items())))
+    try:
+        return make_agent_batch(filmed, 1, groups)
+    except (TypeError, ValueError) as e:
+        raise RenderError(f"it does not build with render_mode='rgb_array' ({' '.join(str(e).split())})") from None
 
 
 def _one_frame(info, reply) -> None:
     """In a child process: build the env to render, reset it, grab a frame; send "" or why not."""
-    from envs import make_agent_batch
-
     env = None
     try:
         groups = [list(range(len(info.agent_ids)))] if info.homogeneous else [[i] for i in range(len(info.agent_ids))]
-        try:
-            env = make_agent_batch(rendering(info), 1, groups)
-        except (TypeError, ValueError) as e:
-            raise RenderError(f"it does not build with render_mode='rgb_array' ({' '.join(str(e).split())})") from None
+        env = rendering_batch(info, groups)
         env.reset(seed=0)
         Frames(env, 1).grab()
         reply.send("")
@@ -110,12 +110,8 @@ def play(info, specs, act, episodes: int, seed: int, video: bool = False,
     from marl.models.core import fresh_after
     from marl.policies import policy_obs
 
-    try:
-        env = make_agent_batch(rendering(info) if video else info, 1, [list(s.agents) for s in specs])
-    except (TypeError, ValueError) as e:
-        if not video:
-            raise
-        raise RenderError(f"it does not build with render_mode='rgb_array' ({' '.join(str(e).split())})") from None
+    groups = [list(s.agents) for s in specs]
+    env = rendering_batch(info, groups) if video else make_agent_batch(info, 1, groups)
     frames = Frames(env, episodes) if video else None
     obs = env.reset(seed=seed)
     if frames is not None:
@@ -175,13 +171,20 @@ def policy_actor(model, specs, seed: int, sample: bool):
     return act
 
 
-def evaluate(run_dir: Path, episodes: int, seed: int, sample: bool, video: bool = False):
-    """Play the run's exported policy: its most likely actions, or sampled ones -> (returns, frames)."""
+def load_run(run_dir: Path):
+    """A run's exported policy and its env: (model, specs, policy.pt's metadata, EnvInfo)."""
     from envs import describe
     from marl.policy_file import load_policy
 
     model, specs, meta = load_policy(run_dir / "policy.pt")
     info = describe(meta["env"], meta["agents"], meta["env_kwargs"], tuple(meta["obs_keys"]), tuple(meta["wrappers"]))
+    return model, specs, meta, info
+
+
+def evaluate(run_dir: Path, episodes: int, seed: int, sample: bool, video: bool = False, run=None):
+    """Play the run's exported policy: its most likely actions, or sampled ones -> (returns, frames).
+    `run`: what `load_run(run_dir)` gives, if already loaded."""
+    model, specs, _, info = run or load_run(run_dir)
     return play(info, specs, policy_actor(model, specs, seed, sample), episodes, seed, video)
 
 
@@ -225,16 +228,14 @@ def outcomes(returns: list[float]) -> dict[str, float]:
             "loss": sum(r < 0 for r in returns) / n, "games": n}
 
 
-def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool) -> dict[str, dict[str, float]]:
+def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool, run=None) -> dict[str, dict[str, float]]:
     """Each seat in turn played by the run's policy against `opponent` ("random"; "pool": the frozen
     snapshots of the run's newest checkpoint; or another run's directory: its policy, for the same
-    env) on every other seat: win / draw / loss per seat."""
-    from envs import describe
+    env) on every other seat: win / draw / loss per seat. `run`: `load_run(run_dir)`, if already loaded."""
     from marl.config import UsageError
     from marl.policy_file import load_policy
 
-    model, specs, meta = load_policy(run_dir / "policy.pt")
-    info = describe(meta["env"], meta["agents"], meta["env_kwargs"], tuple(meta["obs_keys"]), tuple(meta["wrappers"]))
+    model, specs, meta, info = run or load_run(run_dir)
     if opponent == "random":
         theirs = random_actor(seed + 1)
     elif opponent == "pool":
@@ -324,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.video:
             video.require("--video")
-        results, episodes = evaluate(run_dir, args.episodes, args.seed, args.sample, bool(args.video))
+        run = load_run(run_dir)
+        results, episodes = evaluate(run_dir, args.episodes, args.seed, args.sample, bool(args.video), run)
     except ModelError as e:
         print(f"error: {run_dir}/policy.pt: {e}", file=sys.stderr)
         return 2
@@ -342,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             video.write(path, frames)
             print(f"video: {path} ({len(frames)} frames, {frames[0].shape[1]}x{frames[0].shape[0]})")
     try:
-        table = versus(run_dir, args.opponent, args.episodes, args.seed, args.sample) if args.opponent else None
+        table = versus(run_dir, args.opponent, args.episodes, args.seed, args.sample, run) if args.opponent else None
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -229,6 +229,9 @@ def prepare(values: dict):
         check_turn_based(cfg, recurrent)
     if cfg.opponents == "pool" and not info.is_pettingzoo:
         raise UsageError(f"--opponents pool plays seats of a PettingZoo game; {cfg.env}'s agents are independent copies")
+    if cfg.opponents == "pool" and recurrent:
+        raise UsageError("--opponents pool: frozen snapshots play feed-forward networks only for now; drop --core "
+                         "(or the recurrent --model)")
     if info.dropped:
         print(f"marl: observation keys {', '.join(info.dropped)} are left out (no network reads them); "
               f"choose keys with --obs-keys", flush=True)
