@@ -61,7 +61,8 @@ def make_vector(env_id: str, num_envs: int, env_kwargs: dict | None = None, wrap
     """
     kwargs = dict(env_kwargs or {})
     spec = gym.spec(env_id)
-    # Filming wants one copy's frames, and a vectorised env renders every copy at each call (CartPole's: 8x the time).
+    # Filming wants one copy's frames, and a vectorised env renders every copy at each call (CartPole's: 16.8 ms a frame
+    # with 8 agents, against 8.5 ms for the one copy SyncVectorEnv renders).
     filming = kwargs.get("render_mode") is not None
     if spec.vector_entry_point is not None and not filming and (not wrappers or (tuple(wrappers) == (ATARI,) and env_id.startswith("ALE/"))):
         if wrappers:
