@@ -17,7 +17,7 @@ from marl import distributions
 from marl.config import Config
 from marl.models import build_model, network_of
 from marl.models.core import fresh_after
-from marl.policies import critic_state, policy_obs, specs_of
+from marl.policies import critic_state, policy_obs, sides, specs_of
 from marl.specs import allocate, step_fields, tree_map
 from marl.trajectory import Rollout
 
@@ -43,14 +43,18 @@ class RolloutWorker:
         seed = cfg.seed * 100_003 + 7_919 * (index + 1) + 1_000_003 * seed_offset
         self.generator = torch.Generator().manual_seed(seed)
         # --opponents pool: the frozen snapshots this actor holds, the one it plays this request, and
-        # per env copy the seat (agent index) that snapshot plays in the current game (-1: none).
+        # per env copy the side (marl.policies.sides) that snapshot plays in the current game (-1: none).
         self.snapshots: dict[int, dict] = {}
         self.opponent_id: int | None = None
         if cfg.opponents == "pool":
             with torch.random.fork_rng(devices=[]):  # its weights come from the pool: leave the global stream alone
                 self.frozen = build_model(self.specs, network_of(cfg)).eval()
-        self.frozen_seat = torch.full((self.copies,), -1, dtype=torch.int64)
-        self._agent_index = [torch.tensor(s.agents).unsqueeze(0) for s in self.specs]
+        self.frozen_side = torch.full((self.copies,), -1, dtype=torch.int64)
+        # [sides + 1, agents]: which agents each side holds; the last row (side -1) holds none.
+        teams = sides(self.specs, info.agent_ids)
+        self._members = torch.zeros((len(teams) + 1, len(info.agent_ids)), dtype=torch.bool)
+        for k, (_, agents) in enumerate(teams):
+            self._members[k, list(agents)] = True
         self._nobody = [torch.zeros((self.copies, len(s.agents)), dtype=torch.bool) for s in self.specs]
         self._reset(seed)
         self._buffers: list[dict] = [{} for _ in self.specs]
@@ -63,20 +67,19 @@ class RolloutWorker:
 
     def _draw_opponents(self, copies: torch.Tensor) -> None:
         """For each env copy in `copies` (bool [copies]) starting a game: with probability --pool-prob,
-        the seat the snapshot plays in it, uniformly among the agents; else none."""
-        n = len(self.info.agent_ids)
+        the side the snapshot plays in it, uniformly among the sides; else none."""
         if self.opponent_id is None:
-            self.frozen_seat[copies] = -1
+            self.frozen_side[copies] = -1
             return
         draw = torch.rand(self.copies, generator=self.generator) < self.cfg.pool_prob
-        seat = torch.randint(n, (self.copies,), generator=self.generator)
-        self.frozen_seat = torch.where(copies, torch.where(draw, seat, -1), self.frozen_seat)
+        side = torch.randint(len(self._members) - 1, (self.copies,), generator=self.generator)
+        self.frozen_side = torch.where(copies, torch.where(draw, side, -1), self.frozen_side)
 
     def _frozen(self, g: int) -> torch.Tensor:
         """[copies, agents of policy g]: the slots a snapshot plays in the current games."""
         if self.opponent_id is None:
             return self._nobody[g]
-        return self.frozen_seat.unsqueeze(1) == self._agent_index[g]
+        return self._members[self.frozen_side][:, list(self.specs[g].agents)]
 
     def _reset(self, seed: int | None) -> None:
         self._observe(self.env.reset(seed=seed))

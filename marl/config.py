@@ -39,10 +39,11 @@ class Config:
     # --- policies
     policies: typing.Union[str, dict] = _f("shared", "which network acts for which agent: `shared` (one network for all: parameter sharing), `per-agent`, or a mapping of agent-id patterns to policy names (JSON, or a TOML table), first match wins", mapping=True)
     agent_id_input: bool = _f(False, "append a one-hot of the agent (within its policy) to a shared policy's observation, so that one network can act differently per agent")
-    opponents: str = _f("self", "`self`: every seat plays the current policy (self-play); `pool`: also a pool of frozen snapshots of it (every --snapshot-every iterations, at most --pool-size, the first one the initial weights): each game, with probability --pool-prob, one seat is played by a snapshot drawn from the pool, and makes no training samples (PettingZoo envs)", choices=("self", "pool"))
+    opponents: str = _f("self", "`self`: every seat plays the current policy (self-play); `pool`: also a pool of frozen snapshots of it (every --snapshot-every iterations, at most --pool-size, the first one the initial weights): each game, with probability --pool-prob, one side (a seat; a team where several policies play) is played by a snapshot drawn from the pool, and makes no training samples (PettingZoo envs)", choices=("self", "pool"))
     snapshot_every: int = _f(10, "--opponents pool: iterations between snapshots")
-    pool_size: int = _f(10, "--opponents pool: snapshots kept (the oldest goes first)")
-    pool_prob: float = _f(0.5, "--opponents pool: probability that a game has one seat played by a snapshot")
+    pool_size: int = _f(10, "--opponents pool: snapshots kept")
+    pool_keep: str = _f("latest", "--opponents pool, once --pool-size snapshots are kept: `latest` drops the oldest for each new one; `history` keeps a uniform sample of all snapshots taken (reservoir sampling), early selves included", choices=("latest", "history"))
+    pool_prob: float = _f(0.5, "--opponents pool: probability that a game has one side played by a snapshot (0: snapshots are kept, for evaluation, but never played)")
     critic: str = _f("local", "`local`: each agent's critic sees its own observation (IPPO); `central`: the critic sees the global state, env.state() or all agents' observations in a fixed order (MAPPO)", choices=("local", "central"))
     # --- processes
     actors: int = _f(2, "actor processes (RPC workers stepping environments)")

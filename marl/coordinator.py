@@ -91,7 +91,8 @@ class ActorPool:
         send = weights if self.held[i] != version else None
         self.held[i] = version
         opponent = None
-        if self.opponents is not None and self.opponents.snapshots:
+        # --pool-prob 0 keeps the snapshots (to measure against later) but plays none: self-play as without a pool.
+        if self.opponents is not None and self.opponents.snapshots and self.cfg.pool_prob > 0:
             snap, frozen = self.opponents.draw()
             keep = self.opponents.ids
             opponent = (snap, None if snap in self.held_snapshots[i] else frozen, keep)
@@ -203,7 +204,7 @@ class Coordinator:
         cfg, log = self.cfg, self.log
         self.clock.mark("learner")
         start = time.perf_counter()
-        self.opponents = OpponentPool(cfg.pool_size, cfg.seed) if cfg.opponents == "pool" else None
+        self.opponents = OpponentPool(cfg.pool_size, cfg.seed, cfg.pool_keep) if cfg.opponents == "pool" else None
         actors = self.actors = ActorPool(cfg, self.info, self.log.print, seed_offset=resume["iteration"] if resume else 0,
                                          heal=self.restarts < self.restarts_allowed, opponents=self.opponents)
         self.weights = self.learners.gather()
@@ -305,14 +306,14 @@ class Coordinator:
     def _evaluate(self) -> None:
         """--eval-every: the newest weights' most likely actions, against random legal moves in a
         turn-based game (each seat in turn), else on their own."""
-        from marl.evaluate import play, policy_actor, random_actor, seat_rates, versus_snapshots
+        from marl.evaluate import play, policy_actor, random_actor, versus_snapshots, versus_table
 
         t = time.perf_counter()
         model, specs, cfg = self._newest_policy(), self.learners.learner.specs, self.cfg
         seed = 1_000_003 + cfg.seed * 7_919 + self.iteration  # never the training envs' seeds
         if self.info.turn_based:
-            table = seat_rates(self.info, specs, lambda: policy_actor(model, specs, seed, False), random_actor(seed + 1),
-                               cfg.eval_episodes, seed)
+            table = versus_table(self.info, specs, lambda: policy_actor(model, specs, seed, False),
+                                 random_actor(seed + 1), cfg.eval_episodes, seed)
             values = rate_scalars(table, "random")
             if self.opponents is not None:
                 table = versus_snapshots(self.info, specs, lambda: policy_actor(model, specs, seed, False),

@@ -120,6 +120,16 @@ def specs_of(cfg, info: EnvInfo) -> tuple[PolicySpec, ...]:
     return policy_specs(info, cfg.policies, cfg.agent_id_input, cfg.critic, cfg.action_squash)
 
 
+def sides(specs: tuple[PolicySpec, ...], agent_ids: tuple[str, ...]) -> list[tuple[str, tuple[int, ...]]]:
+    """The sides of a competitive game, (name, agent indices) each: each policy's agents where there are
+    several policies (a team per policy: simple_tag's adversaries and its runner), else each agent alone
+    (the seats of a symmetric game that one shared policy plays). --opponents pool hands one side to a
+    frozen snapshot; `marl.evaluate --opponent` plays each side in turn."""
+    if len(specs) > 1:
+        return [(s.name, tuple(s.agents)) for s in specs]
+    return [(agent_ids[i], (i,)) for i in specs[0].agents]
+
+
 def agent_ids(spec: PolicySpec, lead: tuple[int, ...]) -> torch.Tensor:
     """The "agent_id" leaf for [*lead, n] slots: each agent's position within its policy."""
     return torch.arange(len(spec.agents)).expand(*lead, len(spec.agents))

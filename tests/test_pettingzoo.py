@@ -318,3 +318,58 @@ def test_an_actor_steps_a_pettingzoo_env_and_masks_departed_agents():
     done = (tr["terminated"] | tr["truncated"]) & tr["valid"]
     assert torch.equal(done.sum(0), torch.full((2, 3), 2))
     assert ro.episode_lengths.sum() == tr["valid"].sum()
+
+
+# --- a pool of frozen opponents in a Parallel team game (--opponents pool) -------------------------
+
+TAG = "pettingzoo:mpe2.simple_tag_v3"
+TEAMS = {"adversary_*": "adversary", "*": "runner"}
+
+
+def test_a_frozen_snapshot_plays_a_whole_team_in_a_parallel_game():
+    pytest.importorskip("mpe2")
+    from marl.actor import RolloutWorker
+    from marl.config import Config
+
+    info = describe(TAG, None, {"max_cycles": 10})
+    cfg = dataclasses.replace(Config(), env=TAG, env_kwargs={"max_cycles": 10}, agents=4, envs_per_actor=8,
+                              num_steps=33, policies=TEAMS, opponents="pool", pool_prob=1.0)
+    w = RolloutWorker(cfg, info, index=0)
+    snapshot = {k: v.clone() for k, v in w.policy.state_dict().items()}
+    w.collect(0, w.policy.state_dict(), (3, snapshot, [3]))  # the games under way began before any opponent was drawn
+    tr = w.collect(0, None, (3, None, [3])).trajectories
+    hunters, runner = tr["adversary"]["valid"], tr["runner"]["valid"][..., 0]  # [T, copies, 3], [T, copies]
+    # At every step of every copy one side learns, the whole of it (all three hunters, or the runner),
+    # and the other side is the snapshot's; only the autoreset steps have no valid row.
+    assert bool((hunters.all(-1) | ~hunters.any(-1)).all())
+    assert not bool((hunters.any(-1) & runner).any())
+    assert int((hunters.any(-1) | runner).sum()) == 30 * 8
+    assert 0 < int(runner.sum()) < 30 * 8  # both sides were drawn
+    # The whole episode keeps its side: the side that learns changes only across an autoreset step.
+    side = torch.where(runner, 1, torch.where(hunters.any(-1), 0, -1))
+    for c in range(8):
+        for start in (0, 11, 22):
+            assert len(set(side[start:start + 10, c].tolist())) == 1
+
+
+def test_self_play_with_a_pool_in_a_parallel_team_game_evaluates_per_team(train):
+    pytest.importorskip("mpe2")
+    import json
+    import subprocess
+
+    from tests.conftest import ROOT
+
+    r = train("--env", TAG, "--env-kwargs", '{"max_cycles": 25}', "--policies", json.dumps(TEAMS), "--opponents", "pool",
+              "--snapshot-every", "2", "--pool-size", "2", "--num-steps", "50", "--total-steps", "4000",
+              "--target-return", "1e9", "--run-name", "tag")
+    assert r.returncode == 0, r.stderr[-3000:]
+    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "tag"), "--opponent", "pool",
+                        "--episodes", "4", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert e.returncode == 0, e.stderr[-2000:]
+    sides = json.loads(e.stdout)["seats"]
+    # One row per team, each played against the snapshots: a mean return, and no win rates (not a turn-based game).
+    assert set(sides) == {"adversary", "runner"} and all(set(s) == {"mean_return", "games"} for s in sides.values())
+    assert sides["adversary"]["games"] == sides["runner"]["games"] == 4
+    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "tag"), "--opponent", "lookahead"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert e.returncode == 2 and "plays tictactoe_v3 and connect_four_v3 only" in e.stderr and "Traceback" not in e.stderr
