@@ -209,13 +209,13 @@ def random_returns(info, specs, episodes: int, seed: int) -> dict[str, list[floa
     return play(info, specs, random_actor(seed), episodes, seed)[0]
 
 
-def seat_actor(seat: int, mine, theirs):
-    """`act` for `play`: agent `seat` (its index in agent order) acts by `mine`, every other agent by `theirs`."""
+def side_actor(agents: tuple[int, ...], mine, theirs):
+    """`act` for `play`: the agents in `agents` (indices in agent order) act by `mine`, every other agent by `theirs`."""
     import torch
 
     def act(spec, obs, mask, starts):
         a, b = mine(spec, obs, mask, starts), theirs(spec, obs, mask, starts)
-        here = torch.tensor([i == seat for i in spec.agents]).view(-1, *[1] * (a.dim() - 1))
+        here = torch.tensor([i in agents for i in spec.agents]).view(-1, *[1] * (a.dim() - 1))
         return torch.where(here, a, b)
 
     return act
@@ -228,16 +228,34 @@ def outcomes(returns: list[float]) -> dict[str, float]:
             "loss": sum(r < 0 for r in returns) / n, "games": n}
 
 
-def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool, run=None) -> dict[str, dict[str, float]]:
-    """Each seat in turn played by the run's policy against `opponent` ("random"; "pool": the frozen
-    snapshots of the run's newest checkpoint; or another run's directory: its policy, for the same
-    env) on every other seat: win / draw / loss per seat. `run`: `load_run(run_dir)`, if already loaded."""
+def pool_ids(text: str) -> list[int]:
+    """`--pool-ids`: "0-4", "0,3,5" or both ("0-2,7") -> the snapshot ids; ValueError if it is none of these."""
+    ids: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        ids.extend(range(int(first), int(last or first) + 1))
+    return ids
+
+
+def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool, run=None,
+           snapshot_ids: list[int] | None = None) -> dict[str, dict[str, float]]:
+    """Each side in turn (a seat; a team where several policies play) played by the run's policy against
+    `opponent` on every other side: "random"; "lookahead" (marl.heuristics, in the line games it knows);
+    "pool": the frozen snapshots of the run's newest checkpoint (those of `snapshot_ids` if given); or another
+    run's directory: its policy, for the same env. Per side: its mean return, and in a turn-based game its
+    win / draw / loss rates. `run`: `load_run(run_dir)`, if already loaded."""
     from marl.config import UsageError
     from marl.policy_file import load_policy
 
     model, specs, meta, info = run or load_run(run_dir)
     if opponent == "random":
         theirs = random_actor(seed + 1)
+    elif opponent == "lookahead":
+        from marl.heuristics import LINE_GAMES, line_game, lookahead_actor
+
+        if line_game(info.env_id) is None:
+            raise UsageError(f"--opponent lookahead plays {' and '.join(LINE_GAMES)} only, not {info.env_id}")
+        theirs = lookahead_actor(info.env_id, seed + 1)
     elif opponent == "pool":
         from marl import checkpoint
         from marl.models import build_model
@@ -247,46 +265,55 @@ def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool, ru
         if "opponents" not in state:
             raise UsageError(f"--opponent pool: {run_dir} has no checkpoint with a pool of opponents; it trains "
                              f"one with --opponents pool")
-        snapshots = state["opponents"]["weights"]
+        held = dict(zip(state["opponents"]["ids"], state["opponents"]["weights"]))
+        missing = [i for i in snapshot_ids or [] if i not in held]
+        if missing:
+            raise UsageError(f"--pool-ids: snapshot {missing[0]} is not in {newest}'s pool (it holds ids "
+                             f"{min(held)}-{max(held)}; a larger --pool-size keeps more)")
+        snapshots = [held[i] for i in snapshot_ids] if snapshot_ids else list(held.values())
         return versus_snapshots(info, specs, lambda: policy_actor(model, specs, seed, sample), snapshots,
                                 build_model(specs, meta["network"]).eval(), games, seed)
     else:
         other = Path(opponent)
         if not (other / "policy.pt").is_file():
-            raise UsageError(f"--opponent {opponent}: no policy.pt there; pass random or a run directory")
+            raise UsageError(f"--opponent {opponent}: no policy.pt there; pass random, lookahead, pool or a run directory")
         other_model, other_specs, other_meta = load_policy(other / "policy.pt")
         if (other_meta["env"], other_meta["agent_ids"]) != (meta["env"], meta["agent_ids"]):
             raise UsageError(f"--opponent {opponent} was trained on {other_meta['env']}, not {meta['env']}")
         if [s.to_dict() for s in other_specs] != [s.to_dict() for s in specs]:
             raise UsageError(f"--opponent {opponent} maps its agents to other policies than {run_dir}")
         theirs = policy_actor(other_model, other_specs, seed + 1, sample)
-    return seat_rates(info, specs, lambda: policy_actor(model, specs, seed, sample), theirs, games, seed)
+    return versus_table(info, specs, lambda: policy_actor(model, specs, seed, sample), theirs, games, seed)
 
 
 def versus_snapshots(info, specs, mine, snapshots: list[dict], model, games: int, seed: int) -> dict[str, dict[str, float]]:
-    """`seat_rates` against each frozen snapshot in turn (`model` takes each one's weights, sampling), about
-    `games` games per seat in all, split evenly; the rates over all of them."""
+    """`versus_table` against each frozen snapshot in turn (`model` takes each one's weights, sampling),
+    about `games` games per side in all, split evenly; the means over all of them."""
     each = max(1, games // len(snapshots))
     totals: dict[str, dict[str, float]] = {}
     for k, weights in enumerate(snapshots):
         model.load_state_dict(weights)
         # The snapshots sample their moves, as when they play in training: greedy against greedy
         # would be one game, played `each` times.
-        table = seat_rates(info, specs, mine, policy_actor(model, specs, seed + 7 * k, True), each, seed + 7 * k)
-        for agent, rates in table.items():
-            t = totals.setdefault(agent, {"win": 0.0, "draw": 0.0, "loss": 0.0, "games": 0})
-            for key in ("win", "draw", "loss"):
-                t[key] += rates[key] * rates["games"]
-            t["games"] += rates["games"]
-    return {a: {**{k: t[k] / t["games"] for k in ("win", "draw", "loss")}, "games": t["games"]} for a, t in totals.items()}
+        table = versus_table(info, specs, mine, policy_actor(model, specs, seed + 7 * k, True), each, seed + 7 * k)
+        for side, row in table.items():
+            t = totals.setdefault(side, dict.fromkeys(row, 0.0))
+            for key in row:
+                t[key] += row[key] * (row["games"] if key != "games" else 1)
+    return {side: {k: v / t["games"] if k != "games" else int(v) for k, v in t.items()} for side, t in totals.items()}
 
 
-def seat_rates(info, specs, mine, theirs, games: int, seed: int) -> dict[str, dict[str, float]]:
-    """For each seat in turn: `mine()` (a fresh `act`) on it, `theirs` on every other; its outcomes."""
+def versus_table(info, specs, mine, theirs, games: int, seed: int) -> dict[str, dict[str, float]]:
+    """For each side in turn (marl.policies.sides): `mine()` (a fresh `act`) on its agents, `theirs` on every
+    other; the side's mean return per game (over its agents) and, in a turn-based game, its outcomes."""
+    from marl.policies import sides
+
     table = {}
-    for seat, agent in enumerate(info.agent_ids):
-        returns = play(info, specs, seat_actor(seat, mine(), theirs), games, seed + 1_000 * seat)[0][agent]
-        table[agent] = outcomes(returns)
+    for k, (name, agents) in enumerate(sides(specs, info.agent_ids)):
+        returns = play(info, specs, side_actor(agents, mine(), theirs), games, seed + 1_000 * k)[0]
+        per_game = [sum(r) / len(r) for r in zip(*(returns[info.agent_ids[i]] for i in agents))]
+        table[name] = {"mean_return": sum(per_game) / len(per_game), "games": len(per_game),
+                       **(outcomes(per_game) if info.turn_based else {})}
     return table
 
 
@@ -300,10 +327,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--video", metavar="DIR", default="", help="also write each episode of the rendered env (the first "
                    "agent's for N copies of a Gymnasium env) to DIR/episode_000.mp4, ... (pip install -e '.[video]')")
     p.add_argument("--video-format", choices=("mp4", "gif"), default="mp4", help="gif: animated pictures, e.g. for a README")
-    p.add_argument("--opponent", default="", help="games: play each seat in turn against `random` (uniformly random "
-                   "legal moves), `pool` (the frozen snapshots in the run's newest checkpoint, --opponents pool: "
-                   "--episodes games per seat split evenly among them) or another run's policy (its directory) on "
-                   "the other seats, --episodes games per seat, and print win / draw / loss rates per seat")
+    p.add_argument("--opponent", default="", help="play each side in turn (a seat; a team where several policies "
+                   "play) against `random` (uniformly random legal moves), `lookahead` (tic-tac-toe and connect four: "
+                   "win if it can, block if it must, else random), `pool` (the frozen snapshots in the run's newest "
+                   "checkpoint, --opponents pool: --episodes games per side split evenly among them) or another run's "
+                   "policy (its directory) on the other sides, --episodes games per side, and print each side's mean "
+                   "return and, in turn-based games, its win / draw / loss rates")
+    p.add_argument("--pool-ids", default="", help="with --opponent pool: only these snapshots, by id (\"0-4\", "
+                   "\"0,5,9\"): e.g. the first ones, to see whether the policy still beats its early selves")
     p.add_argument("--json", action="store_true", help="print one JSON object instead: per agent mean / min / max "
                    "return, and with --opponent the rates per seat")
     args = p.parse_args(argv)
@@ -317,6 +348,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.episodes < 1:
         print(f"error: --episodes must be at least 1, got {args.episodes}", file=sys.stderr)
+        return 2
+    try:
+        snapshot_ids = pool_ids(args.pool_ids) if args.pool_ids else None
+    except ValueError:
+        print(f"error: --pool-ids takes snapshot ids like 0-4 or 0,5,9, got {args.pool_ids!r}", file=sys.stderr)
+        return 2
+    if snapshot_ids and args.opponent != "pool":
+        print("error: --pool-ids picks the snapshots of --opponent pool; add --opponent pool", file=sys.stderr)
         return 2
     from marl import video
     from marl.config import UsageError
@@ -344,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             video.write(path, frames)
             print(f"video: {path} ({len(frames)} frames, {frames[0].shape[1]}x{frames[0].shape[0]})")
     try:
-        table = versus(run_dir, args.opponent, args.episodes, args.seed, args.sample, run) if args.opponent else None
+        table = (versus(run_dir, args.opponent, args.episodes, args.seed, args.sample, run, snapshot_ids)
+                 if args.opponent else None)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -357,9 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     for agent, r in agents.items():
         print(f"{agent}: mean {r['mean']:8.1f} | min {r['min']:8.1f} | max {r['max']:8.1f} | {r['episodes']} episodes")
     print(f"all agents: mean {sum(everyone) / len(everyone):.1f} over {len(everyone)} episodes")
-    for agent, rates in (table or {}).items():
-        print(f"{agent} (this policy) vs {args.opponent}: win {rates['win']:6.1%} | draw {rates['draw']:6.1%} | "
-              f"loss {rates['loss']:6.1%} over {rates['games']} games")
+    for side, row in (table or {}).items():
+        score = (f"win {row['win']:6.1%} | draw {row['draw']:6.1%} | loss {row['loss']:6.1%}" if "win" in row
+                 else f"mean return {row['mean_return']:8.1f}")
+        print(f"{side} (this policy) vs {args.opponent}: {score} over {row['games']} games")
     return 0
 
 
