@@ -25,8 +25,9 @@ from tests.conftest import ROOT, processes_with_token
     (["bench/algorithms.py", "--smoke"], "ratio after / before"),
     (["bench/recurrent.py", "--smoke", "--parts", "speed"], "--core gru: collect"),
     (["bench/continuous.py", "--smoke"], "pendulum: goal met on"),
+    (["bench/selfplay.py", "--smoke"], "tictactoe pool seed 1: "),
 ], ids=["collect", "train", "time_to_solve", "startup", "learner_memory", "fault_soak", "multiagent", "algorithms",
-        "recurrent", "continuous"])
+        "recurrent", "continuous", "selfplay"])
 def test_bench_runs(cmd, expect, tmp_path):
     token = f"bench-{os.getpid()}-{cmd[0]}"
     env = {**os.environ, "MARL_TEST_TOKEN": token}
