@@ -298,8 +298,8 @@ def versus_snapshots(info, specs, mine, snapshots: list[dict], model, games: int
         table = versus_table(info, specs, mine, policy_actor(model, specs, seed + 7 * k, True), each, seed + 7 * k)
         for side, row in table.items():
             t = totals.setdefault(side, dict.fromkeys(row, 0.0))
-            for key in row:
-                t[key] += row[key] * (row["games"] if key != "games" else 1)
+            for key, value in row.items():  # games add up; rates and means weigh by their games
+                t[key] += value if key == "games" else value * row["games"]
     return {side: {k: v / t["games"] if k != "games" else int(v) for k, v in t.items()} for side, t in totals.items()}
 
 
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pool-ids", default="", help="with --opponent pool: only these snapshots, by id (\"0-4\", "
                    "\"0,5,9\"): e.g. the first ones, to see whether the policy still beats its early selves")
     p.add_argument("--json", action="store_true", help="print one JSON object instead: per agent mean / min / max "
-                   "return, and with --opponent the rates per seat")
+                   "return, and with --opponent a row per side")
     args = p.parse_args(argv)
     import torch
 

@@ -372,7 +372,7 @@ def test_self_play_with_a_pool_keeps_it_in_checkpoints_and_evaluates_against_it(
     import torch as t
 
     args = ["--config", str(ROOT / "configs" / "tictactoe.toml"), "--opponents", "pool", "--snapshot-every", "4",
-            "--pool-size", "3", "--eval-every", "6", "--eval-episodes", "20", "--checkpoint-every", "6"]
+            "--pool-size", "3", "--pool-keep", "latest", "--eval-every", "6", "--eval-episodes", "20", "--checkpoint-every", "6"]
     r = train(*args, "--total-steps", "12000", "--run-name", "pool")
     assert r.returncode == 0, r.stderr[-3000:]
     run = train.logdir / "pool"
@@ -410,7 +410,7 @@ def test_pool_prob_zero_keeps_snapshots_and_trains_as_self_play(train):
     """--pool-prob 0: the pool is kept (to measure the policy against its early selves later) and never
     played, so the run is self-play's, step for step; the lookahead player is an opponent for evaluation."""
     common = ["--config", str(ROOT / "configs" / "tictactoe.toml"), "--total-steps", "6000", "--snapshot-every", "2"]
-    r = train(*common, "--run-name", "self")
+    r = train(*common, "--opponents", "self", "--run-name", "self")
     assert r.returncode == 0, r.stderr[-3000:]
     r = train(*common, "--opponents", "pool", "--pool-prob", "0", "--pool-size", "100", "--run-name", "kept")
     assert r.returncode == 0, r.stderr[-3000:]
