@@ -44,25 +44,32 @@ GOALS = {"tictactoe": ((0.90, 0.03), (0.70, 0.03)), "connect_four": ((0.95, 1.0)
 
 def snapshots_of(run_dir: Path, first: int) -> list[dict]:
     """The first `first` snapshots (by id) in the pool of a run's newest checkpoint."""
-    from marl import checkpoint
+    from marl.evaluate import pool_of
 
-    pool = checkpoint.read_trainer(checkpoint.latest(run_dir))["opponents"]
-    held = dict(zip(pool["ids"], pool["weights"]))
+    held = pool_of(run_dir)
     return [held[i] for i in range(first)]
 
 
 def score(run_dir: Path, early: list[dict], games: int) -> dict[str, dict[str, dict[str, float]]]:
     """The run's final policy against random play, the lookahead player and the `early` snapshots: the seat tables."""
+    import torch
+
     from marl.evaluate import load_run, policy_actor, versus, versus_snapshots
     from marl.models import build_model
 
     run = load_run(run_dir)
     model, specs, meta, info = run
     seed = 20_000  # never a training seed's envs
-    return {"random": versus(run_dir, "random", games, seed, False, run),
-            "lookahead": versus(run_dir, "lookahead", games, seed, False, run),
-            "early": versus_snapshots(info, specs, lambda: policy_actor(model, specs, seed, False), early,
-                                      build_model(specs, meta["network"]).eval(), games, seed)}
+    # Batches of one env copy, as `marl.evaluate` plays them: threads cost more than they give there.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return {"random": versus(run_dir, "random", games, seed, False, run),
+                "lookahead": versus(run_dir, "lookahead", games, seed, False, run),
+                "early": versus_snapshots(info, specs, lambda: policy_actor(model, specs, seed, False), early,
+                                          build_model(specs, meta["network"]).eval(), games, seed)}
+    finally:
+        torch.set_num_threads(threads)  # the next run trains with what it had
 
 
 def row(rates: dict[str, float]) -> str:

@@ -237,6 +237,19 @@ def pool_ids(text: str) -> list[int]:
     return ids
 
 
+def pool_of(run_dir: Path) -> dict[int, dict]:
+    """The frozen snapshots (by id) in the pool of a run's newest checkpoint; UsageError if it has none."""
+    from marl import checkpoint
+    from marl.config import UsageError
+
+    newest = checkpoint.latest(run_dir)
+    state = checkpoint.read_trainer(newest) if newest is not None else {}
+    if "opponents" not in state:
+        raise UsageError(f"--opponent pool: {run_dir} has no checkpoint with a pool of opponents; it trains "
+                         f"one with --opponents pool")
+    return dict(zip(state["opponents"]["ids"], state["opponents"]["weights"]))
+
+
 def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool, run=None,
            snapshot_ids: list[int] | None = None) -> dict[str, dict[str, float]]:
     """Each side in turn (a seat; a team where several policies play) played by the run's policy against
@@ -257,18 +270,12 @@ def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool, ru
             raise UsageError(f"--opponent lookahead plays {' and '.join(LINE_GAMES)} only, not {info.env_id}")
         theirs = lookahead_actor(info.env_id, seed + 1)
     elif opponent == "pool":
-        from marl import checkpoint
         from marl.models import build_model
 
-        newest = checkpoint.latest(run_dir)
-        state = checkpoint.read_trainer(newest) if newest is not None else {}
-        if "opponents" not in state:
-            raise UsageError(f"--opponent pool: {run_dir} has no checkpoint with a pool of opponents; it trains "
-                             f"one with --opponents pool")
-        held = dict(zip(state["opponents"]["ids"], state["opponents"]["weights"]))
+        held = pool_of(run_dir)
         missing = [i for i in snapshot_ids or [] if i not in held]
         if missing:
-            raise UsageError(f"--pool-ids: snapshot {missing[0]} is not in {newest}'s pool (it holds ids "
+            raise UsageError(f"--pool-ids: snapshot {missing[0]} is not in {run_dir}'s newest pool (it holds ids "
                              f"{min(held)}-{max(held)}; a larger --pool-size keeps more)")
         snapshots = [held[i] for i in snapshot_ids] if snapshot_ids else list(held.values())
         return versus_snapshots(info, specs, lambda: policy_actor(model, specs, seed, sample), snapshots,
