@@ -50,11 +50,14 @@ class RolloutWorker:
             with torch.random.fork_rng(devices=[]):  # its weights come from the pool: leave the global stream alone
                 self.frozen = build_model(self.specs, network_of(cfg)).eval()
         self.frozen_side = torch.full((self.copies,), -1, dtype=torch.int64)
-        # [sides + 1, agents]: which agents each side holds; the last row (side -1) holds none.
+        # Per policy, [sides + 1, its agents]: which of them each side holds; the last row (side -1) holds
+        # none. Sliced per policy once here, since _frozen reads it twice a step.
         teams = sides(self.specs, info.agent_ids)
-        self._members = torch.zeros((len(teams) + 1, len(info.agent_ids)), dtype=torch.bool)
+        members = torch.zeros((len(teams) + 1, len(info.agent_ids)), dtype=torch.bool)
         for k, (_, agents) in enumerate(teams):
-            self._members[k, list(agents)] = True
+            members[k, list(agents)] = True
+        self._members = [members[:, list(s.agents)] for s in self.specs]
+        self._sides = len(teams)
         self._nobody = [torch.zeros((self.copies, len(s.agents)), dtype=torch.bool) for s in self.specs]
         self._reset(seed)
         self._buffers: list[dict] = [{} for _ in self.specs]
@@ -72,14 +75,14 @@ class RolloutWorker:
             self.frozen_side[copies] = -1
             return
         draw = torch.rand(self.copies, generator=self.generator) < self.cfg.pool_prob
-        side = torch.randint(len(self._members) - 1, (self.copies,), generator=self.generator)
+        side = torch.randint(self._sides, (self.copies,), generator=self.generator)
         self.frozen_side = torch.where(copies, torch.where(draw, side, -1), self.frozen_side)
 
     def _frozen(self, g: int) -> torch.Tensor:
         """[copies, agents of policy g]: the slots a snapshot plays in the current games."""
         if self.opponent_id is None:
             return self._nobody[g]
-        return self._members[self.frozen_side][:, list(self.specs[g].agents)]
+        return self._members[g][self.frozen_side]
 
     def _reset(self, seed: int | None) -> None:
         self._observe(self.env.reset(seed=seed))

@@ -26,9 +26,8 @@ def line_game(env_id: str) -> tuple[int, bool] | None:
 
 def cell(planes: np.ndarray, action: int, gravity: bool) -> tuple[int, int] | None:
     """The (row, column) a move fills, or None when its column is full. `planes` [rows, cols, 2]."""
-    rows, cols = planes.shape[:2]
     if not gravity:
-        return divmod(action, cols)
+        return divmod(action, planes.shape[1])
     empty = np.flatnonzero(planes[:, action].sum(axis=-1) == 0)
     return (int(empty[-1]), action) if empty.size else None  # row 0 is the top: pieces land on the highest index
 
