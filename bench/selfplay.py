@@ -36,18 +36,12 @@ sys.path.insert(0, str(ROOT))
 
 from multiagent import train  # noqa: E402  (bench/ is on sys.path: the script's own folder)
 
+from marl.evaluate import pool_of  # noqa: E402
+
 CASES = {"tictactoe": "configs/tictactoe.toml", "connect_four": "configs/connect_four.toml"}
 VARIANTS = {"self": ["--opponents", "pool", "--pool-prob", "0", "--pool-size", "1000"], "pool": []}
 # The issue's goals against random play: (least win rate, most loss rate) per seat, first seat first.
 GOALS = {"tictactoe": ((0.90, 0.03), (0.70, 0.03)), "connect_four": ((0.95, 1.0), (0.95, 1.0))}
-
-
-def snapshots_of(run_dir: Path, first: int) -> list[dict]:
-    """The first `first` snapshots (by id) in the pool of a run's newest checkpoint."""
-    from marl.evaluate import pool_of
-
-    held = pool_of(run_dir)
-    return [held[i] for i in range(first)]
 
 
 def score(run_dir: Path, early: list[dict], games: int) -> dict[str, dict[str, dict[str, float]]]:
@@ -110,7 +104,7 @@ def main() -> int:
                     result = train(CASES[case], VARIANTS[variant] + extra, seed, args.budget, logdir,
                                    f"{case}-{variant}-{seed}")
                     if early is None:
-                        early = snapshots_of(result.run_dir, args.first_snapshots)
+                        early = pool_of(result.run_dir, range(args.first_snapshots))  # ids 0, 1, ...: the first
                     if variant not in variants:
                         continue
                     tables = score(result.run_dir, early, args.games)

@@ -237,8 +237,9 @@ def pool_ids(text: str) -> list[int]:
     return ids
 
 
-def pool_of(run_dir: Path) -> dict[int, dict]:
-    """The frozen snapshots (by id) in the pool of a run's newest checkpoint; UsageError if it has none."""
+def pool_of(run_dir: Path, ids=None) -> list[dict]:
+    """The weights of the frozen snapshots in the pool of a run's newest checkpoint: all of them, or those
+    of `ids` in that order; UsageError if it has no pool or lacks one of `ids`."""
     from marl import checkpoint
     from marl.config import UsageError
 
@@ -247,7 +248,14 @@ def pool_of(run_dir: Path) -> dict[int, dict]:
     if "opponents" not in state:
         raise UsageError(f"--opponent pool: {run_dir} has no checkpoint with a pool of opponents; it trains "
                          f"one with --opponents pool")
-    return dict(zip(state["opponents"]["ids"], state["opponents"]["weights"]))
+    held = dict(zip(state["opponents"]["ids"], state["opponents"]["weights"]))
+    if ids is None:
+        return list(held.values())
+    missing = [i for i in ids if i not in held]
+    if missing:
+        raise UsageError(f"--pool-ids: snapshot {missing[0]} is not in {run_dir}'s newest pool (it holds ids "
+                         f"{min(held)}-{max(held)}; a larger --pool-size keeps more)")
+    return [held[i] for i in ids]
 
 
 def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool, run=None,
@@ -272,12 +280,7 @@ def versus(run_dir: Path, opponent: str, games: int, seed: int, sample: bool, ru
     elif opponent == "pool":
         from marl.models import build_model
 
-        held = pool_of(run_dir)
-        missing = [i for i in snapshot_ids or [] if i not in held]
-        if missing:
-            raise UsageError(f"--pool-ids: snapshot {missing[0]} is not in {run_dir}'s newest pool (it holds ids "
-                             f"{min(held)}-{max(held)}; a larger --pool-size keeps more)")
-        snapshots = [held[i] for i in snapshot_ids] if snapshot_ids else list(held.values())
+        snapshots = pool_of(run_dir, snapshot_ids or None)
         return versus_snapshots(info, specs, lambda: policy_actor(model, specs, seed, sample), snapshots,
                                 build_model(specs, meta["network"]).eval(), games, seed)
     else:
