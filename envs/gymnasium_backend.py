@@ -87,6 +87,7 @@ class Gymnasium:
     """Any Gymnasium id x `agents` independent copies (None: 1)."""
 
     prefix = ""
+    own_agents = False  # --agents copies
 
     def claims(self, env_id: str) -> bool:
         return True

@@ -53,6 +53,7 @@ class PettingZooParallel:
     """`pettingzoo:<module>.<env>` where the module has `parallel_env(**kwargs)`."""
 
     prefix = PETTINGZOO_PREFIX
+    own_agents = True  # possible_agents
     maker = "parallel_env"
 
     def claims(self, env_id: str) -> bool:
@@ -93,7 +94,7 @@ class PettingZooParallel:
                        state_dim=size if size is not None else sum(s.stored_width for s in specs) + len(ids),
                        has_state=size is not None, env_kwargs=tuple(sorted(env_kwargs.items())),
                        dropped=tuple(sorted({k for s in specs for k in s.dropped})),
-                       turn_based=bool(metadata.get("turn_based")), own_agents=True, renders=renders(metadata))
+                       turn_based=bool(metadata.get("turn_based")), own_agents=self.own_agents, renders=renders(metadata))
 
     def make_env(self, env_id: str, agents: int | None, **kwargs):
         """The env itself; `agents`, if given, must match its own."""

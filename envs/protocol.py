@@ -71,6 +71,7 @@ class Backend(Protocol):
     `claims(env_id)` (after the prefix matched) whether this backend takes the id."""
 
     prefix: str
+    own_agents: bool  # the env decides its agents (a game's seats), rather than being --agents copies of one
 
     def claims(self, env_id: str) -> bool: ...
 

@@ -19,13 +19,18 @@ from envs.protocol import AgentBatch, Backend, check_split
 
 BACKENDS: tuple[Backend, ...] = (PettingZooParallel(), PettingZooTurnBased(), Gymnasium())
 
-__all__ = ["BACKENDS", "PETTINGZOO_PREFIX", "REGISTER_ON_IMPORT", "EnvError", "EnvInfo", "backend", "check_groups", "describe",
+__all__ = ["BACKENDS", "PETTINGZOO_PREFIX", "REGISTER_ON_IMPORT", "EnvError", "EnvInfo", "backend", "check_groups", "decides_agents", "describe",
            "make_agent_batch", "make_env", "pettingzoo_factory", "pettingzoo_module", "resolve"]
 
 
 def backend(env_id: str) -> Backend:
     """The backend that takes `env_id` (EnvError from a backend that knows the prefix but not the rest)."""
     return next(b for b in BACKENDS if env_id.startswith(b.prefix) and b.claims(env_id))
+
+
+def decides_agents(env_id: str) -> bool:
+    """The env decides its own agents (--agents may only repeat their count), rather than being --agents copies."""
+    return backend(env_id).own_agents
 
 
 def describe(env_id: str, agents: int | None = None, env_kwargs: dict[str, Any] | None = None,
