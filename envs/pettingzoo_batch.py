@@ -42,6 +42,16 @@ from envs.protocol import check_split
 from envs.spaces import AgentSpec, env_action, leaf_array, mask_array, zeros
 
 
+def probe_state(env) -> int | None:
+    """The size of the env's state() after reset, or None when it has none that works. A probe of an
+    optional feature: whatever the env (or a PettingZoo wrapper over an env whose `state` is not a
+    method: rps_v2's is a dict) raises here means "no state", never a crash."""
+    try:
+        return int(np.asarray(env.state()).size)
+    except Exception:  # noqa: BLE001 - NotImplementedError, AttributeError, TypeError, ... each env its own way
+        return None
+
+
 class PettingZooBatch:
     """`copies` copies of `env_fn(**env_kwargs)` (a PettingZoo Parallel env), stepped one after another.
     `specs` are the agents' AgentSpecs in `possible_agents` order; a group's agents share one
@@ -83,7 +93,8 @@ class PettingZooBatch:
             j, g, k = self._slot[a]
             spec = self._gspec[g]
             for leaf in spec.obs:
-                obs[g][leaf.name][c, k] = leaf_array(leaf, o, ())
+                # lead (1,), not (): leaf_array cannot reshape a scalar observation (a Discrete one, rps_v2's) to ()
+                obs[g][leaf.name][c, k] = leaf_array(leaf, o, (1,))[0]
             if spec.mask:
                 masks[g][c, k] = mask_array(spec, o, infos.get(a), ())
             real[c, j] = True
@@ -102,11 +113,7 @@ class PettingZooBatch:
             self._mark_active(c, env, active)
             self._needs_reset[c] = not env.agents
         if self.has_state is None:
-            try:
-                self.envs[0].state()
-                self.has_state = True
-            except (NotImplementedError, AttributeError):
-                self.has_state = False
+            self.has_state = probe_state(self.envs[0]) is not None
         self._obs, self._real, self.active, self.masks = obs, real, active, masks
         return obs
 
@@ -117,7 +124,8 @@ class PettingZooBatch:
             x = np.asarray(x)
             for k, j in enumerate(members):
                 a = env_action(spec.action, x[:, k], (self.copies,))
-                out[j] = a.tolist() if spec.action.kind == "categorical" else a
+                # A scalar choice goes to the env as a Python int, as PettingZoo's own envs check it.
+                out[j] = a.tolist() if spec.action.env_shape == () and a.dtype.kind in "iu" else a
         return out
 
     def step(self, actions: list[np.ndarray]):

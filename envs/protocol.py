@@ -1,11 +1,21 @@
-"""The multi-agent env protocol at marl's edge: PettingZoo's Parallel API, so that PettingZoo envs
-plug in without glue. Written down as a typing.Protocol; nothing needs to inherit from it."""
+"""The env protocols, written down as typing.Protocols (nothing needs to inherit from them):
+
+- ParallelEnv: the multi-agent env at marl's edge, PettingZoo's Parallel API, so that PettingZoo
+  envs plug in without glue;
+- AgentBatch: the grouped array form the actors step (its semantics: envs/batched.py's module doc);
+- Backend: one kind of env id (Gymnasium, PettingZoo Parallel, PettingZoo AEC, ...), which says what
+  its envs look like and builds them in both forms (envs.registry picks one by the id's prefix).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import gymnasium as gym
+import numpy as np
+
+if TYPE_CHECKING:
+    from envs.info import EnvInfo
 
 
 @runtime_checkable
@@ -32,6 +42,48 @@ class ParallelEnv(Protocol):
         """actions for every agent in `agents` -> (observations, rewards, terminations, truncations, infos)."""
 
     def close(self) -> None: ...
+
+
+class AgentBatch(Protocol):
+    """`copies` copies of an env as lists with one array per group of agents (envs/batched.py's module doc)."""
+
+    active: list[np.ndarray]  # [g]: (copies, n_g) bool, the slot's NEXT step is a real transition
+    masks: list[np.ndarray | None]  # [g]: (copies, n_g, mask_size) bool legal actions, or None
+    rendered_episode_over: bool  # after step(): the rendered copy's next step is a reset
+    state_dim: int
+
+    def reset(self, seed: int | None) -> list[dict[str, np.ndarray]]:
+        """-> obs[g]: {leaf name: (copies, n_g, *leaf.shape)}."""
+
+    def step(self, actions: list[np.ndarray]) -> tuple[list, list, list, list, list[np.ndarray]]:
+        """actions[g]: (copies, n_g, *action.shape) -> obs, rewards, terminated, truncated, active per group."""
+
+    def state(self) -> np.ndarray:
+        """-> (copies, state_dim) float32, the central critic's input for the current observations."""
+
+    def render(self) -> np.ndarray: ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """One kind of env id. `prefix` is how its ids start ("" for the fallback, Gymnasium's);
+    `claims(env_id)` (after the prefix matched) whether this backend takes the id."""
+
+    prefix: str
+    own_agents: bool  # the env decides its agents (a game's seats), rather than being --agents copies of one
+
+    def claims(self, env_id: str) -> bool: ...
+
+    def describe(self, env_id: str, agents: int | None, env_kwargs: dict[str, Any], obs_keys: tuple[str, ...],
+                 wrappers: tuple[str, ...]) -> EnvInfo:
+        """What the env's agents look like, and what it can do (turn_based, has_state, renders); EnvError if unusable."""
+
+    def make_env(self, env_id: str, agents: int | None, **kwargs) -> ParallelEnv:
+        """One copy in the Parallel form (dicts keyed by agent), for users, evaluation and tests."""
+
+    def make_batch(self, info: EnvInfo, copies: int, groups: list[list[int]]) -> AgentBatch:
+        """`copies` copies in the grouped array form the actors step."""
 
 
 def check_split(groups: list[list[int]], agent_ids) -> None:

@@ -206,3 +206,18 @@ def test_multi_dimensional_spaces_are_flattened_at_the_edge():
     obs, *_ = env.step([np.zeros((1, 2, 4), np.float32)])
     assert obs[0]["obs"].shape == (1, 2, 2, 3) and (obs[0]["obs"] == 1).all()
     assert env.state().shape == (1, 2 * 6 + 2)  # the central critic's fallback state reads it flat
+
+
+def test_each_kind_of_id_goes_to_its_own_backend():
+    from envs.gymnasium_backend import Gymnasium
+    from envs.pettingzoo_backend import PettingZooParallel, PettingZooTurnBased
+    from envs.registry import backend, decides_agents
+
+    assert type(backend("CartPole-v1")) is Gymnasium and type(backend("envs.targets:MatchDigits-v0")) is Gymnasium
+    assert type(backend("pettingzoo:envs.coop_nav")) is PettingZooParallel
+    assert type(backend("pettingzoo:pettingzoo.classic.tictactoe_v3")) is PettingZooTurnBased
+    assert not decides_agents("CartPole-v1") and decides_agents("pettingzoo:envs.coop_nav")
+    info = describe("pettingzoo:pettingzoo.classic.tictactoe_v3")
+    assert info.turn_based and info.own_agents and info.is_pettingzoo and not describe("CartPole-v1", 2).own_agents
+    with pytest.raises(EnvError, match="expected pettingzoo:<module>.<env>"):
+        backend("pettingzoo:")  # a backend that knows the prefix refuses the rest in one line

@@ -373,3 +373,26 @@ def test_self_play_with_a_pool_in_a_parallel_team_game_evaluates_per_team(train)
     e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "tag"), "--opponent", "lookahead"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert e.returncode == 2 and "plays tictactoe_v3 and connect_four_v3 only" in e.stderr and "Traceback" not in e.stderr
+
+
+RPS = "pettingzoo:pettingzoo.classic.rps_v2"
+
+
+def test_an_env_whose_state_is_not_callable_has_no_state_and_trains(train):
+    """rps_v2 keeps `state` as a dict, and PettingZoo's wrappers call `self.env.state()` on it: a probe
+    of an optional feature, which must mean "no state" (the central critic then reads every agent's
+    observation and the alive mask), never a crash at start-up."""
+    import json
+
+    info = describe(RPS)
+    assert not info.has_state and info.state_dim == 1 + 1 + 2  # two scalar Discrete(4) observations, the alive mask
+    batch = make_agent_batch(info, 2, [[0, 1]])
+    batch.reset(seed=0)
+    assert batch.state().shape == (2, 4)
+    batch.close()
+    probed = PettingZooBatch(lambda: make_env(RPS), 1, [[0, 1]], info.specs)  # has_state not given: probed at reset
+    probed.reset(0)
+    assert probed.has_state is False
+    r = train("--env", RPS, "--critic", "central", "--total-steps", "3000", "--run-name", "rps")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((train.logdir / "rps" / "result.json").read_text())["global_step"] >= 3000
