@@ -51,6 +51,11 @@ class Section:
             if v < bound:
                 raise UsageError(f"{_flag(name)} must be at least {bound}{why}, got {v}")
 
+    def _one_or_zero_for(self, name: str, zero: str) -> None:
+        """A count that is at least 1, or 0 for a default that `zero` names."""
+        if getattr(self, name) < 0:
+            raise UsageError(f"{_flag(name)} must be at least 1 (or 0 for {zero}), got {getattr(self, name)}")
+
     def _within(self, *checks: tuple[str, bool, str]) -> None:
         for name, ok, want in checks:
             v = getattr(self, name)
@@ -75,8 +80,7 @@ class EnvSection(Section):
 
     def check(self) -> None:
         super().check()
-        if self.agents < 0:
-            raise UsageError(f"--agents must be at least 1 (or 0 for the env's own count), got {self.agents}")
+        self._one_or_zero_for("agents", "the env's own count")
 
 
 @dataclass
@@ -116,8 +120,7 @@ class ProcessSection(Section):
         super().check()
         self._at_least(1, "actors", "envs_per_actor")
         self._at_least(0, "max_restarts", why=" (0: go on degraded when an actor fails)")
-        if self.learners < 0:
-            raise UsageError(f"--learners must be at least 1 (or 0 for one per GPU), got {self.learners}")
+        self._one_or_zero_for("learners", "one per GPU")
 
 
 @dataclass
@@ -255,8 +258,7 @@ class ModelSection(Section):
     def check(self) -> None:
         super().check()
         self._at_least(1, "core_size")
-        if self.seq_len < 0:
-            raise UsageError(f"--seq-len must be at least 1 (or 0 for the whole rollout), got {self.seq_len}")
+        self._one_or_zero_for("seq_len", "the whole rollout")
         if self.model and self.core != "none":
             raise UsageError(f"--core {self.core} is the built-in network's; a --model is recurrent by its own "
                              f"state_size (README, \"Your own network\"); drop --core or --model")

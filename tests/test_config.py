@@ -191,13 +191,9 @@ def test_a_preset_builds_on_its_base_and_a_cycle_is_refused(tmp_path):
 
 # The presets as they were before they named a base (and before --rollout auto made whole games of a
 # turn-based game): what they resolve to must not change.
-FLAT_PRESETS = {
-    "simple_spread.toml": """env = "pettingzoo:mpe2.simple_spread_v3"
-critic = "central"
-agent_id_input = true
+MPE_FLAT = """critic = "central"
 envs_per_actor = 32
 num_steps = 25
-total_steps = 1_000_000
 learning_rate = 3e-3
 anneal_lr = false
 gamma = 0.95
@@ -205,21 +201,16 @@ num_minibatches = 4
 update_epochs = 10
 max_grad_norm = 10.0
 ent_coef = 0.0
+"""
+FLAT_PRESETS = {
+    "simple_spread.toml": MPE_FLAT + """env = "pettingzoo:mpe2.simple_spread_v3"
+agent_id_input = true
+total_steps = 1_000_000
 env_kwargs = { N = 3, max_cycles = 25, continuous_actions = false }""",
-    "speaker_listener.toml": """env = "pettingzoo:mpe2.simple_speaker_listener_v4"
+    "speaker_listener.toml": MPE_FLAT + """env = "pettingzoo:mpe2.simple_speaker_listener_v4"
 env_kwargs = { max_cycles = 25, continuous_actions = false }
 policies = "per-agent"
-critic = "central"
-envs_per_actor = 32
-num_steps = 25
-total_steps = 500_000
-learning_rate = 3e-3
-anneal_lr = false
-gamma = 0.95
-num_minibatches = 4
-update_epochs = 10
-max_grad_norm = 10.0
-ent_coef = 0.0""",
+total_steps = 500_000""",
     "connect_four.toml": """env = "pettingzoo:pettingzoo.classic.connect_four_v3"
 episodes_per_request = 4
 envs_per_actor = 16
