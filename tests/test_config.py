@@ -258,3 +258,17 @@ def test_turn_based_games_take_whole_games_unless_steps_are_asked_for():
         check_turn_based(Config(rollout="steps"), recurrent=False)
     with pytest.raises(UsageError, match="--algo impala does not skip a waiting agent's steps yet; use --algo ppo$"):
         check_turn_based(Config(rollout="episodes", algo="impala"), recurrent=False)
+
+
+def test_prepare_starts_a_turn_based_game_on_whole_games_and_points_raw_atari_at_its_preset(tmp_path, capsys):
+    from marl.run import prepare
+
+    cfg, info = prepare({"env": "pettingzoo:pettingzoo.classic.tictactoe_v3", "logdir": str(tmp_path), "run_name": "t"})
+    assert info.turn_based and cfg.rollout == "episodes"
+    cfg, _ = prepare({"env": "CartPole-v1", "logdir": str(tmp_path), "run_name": "c"})
+    assert cfg.rollout == "steps"
+    assert "configs/atari.toml" not in capsys.readouterr().out
+    prepare({"env": "ALE/Breakout-v5", "logdir": str(tmp_path), "run_name": "a"})
+    assert "ALE/Breakout-v5 without --wrappers trains on raw 210x160x3 frames" in capsys.readouterr().out
+    prepare({"env": "ALE/Breakout-v5", "wrappers": ("atari",), "logdir": str(tmp_path), "run_name": "b"})
+    assert "raw 210x160x3" not in capsys.readouterr().out
