@@ -30,13 +30,64 @@ def _f(default, help: str, **kw):
     return field(default=default, metadata={"help": help, **kw})
 
 
+class Section:
+    """One component's fields, declared once: a dataclass whose fields are flags (`--field-name`),
+    TOML keys (flat, or under `[key]`) and attributes of `Config`, which inherits every section.
+    `check` refuses the section's own impossible values with one line each; what spans sections
+    (the batch against the learner ranks, a --model against --core) is `validate`'s."""
+
+    key: typing.ClassVar[str]  # its TOML table and runs/<run>/config.toml's
+    title: typing.ClassVar[str]  # its --help group and README heading
+
+    def check(self) -> None:
+        for f in dataclasses.fields(self):  # the CLI checks choices, a TOML file does not
+            choices, value = f.metadata.get("choices"), getattr(self, f.name)
+            if choices and value not in choices:
+                raise UsageError(f"{_flag(f.name)} must be one of {', '.join(choices)}, got {value!r}{_suggest(str(value), choices)}")
+
+    def _at_least(self, bound: int, *names: str, why: str = "") -> None:
+        for name in names:
+            v = getattr(self, name)
+            if v < bound:
+                raise UsageError(f"{_flag(name)} must be at least {bound}{why}, got {v}")
+
+    def _one_or_zero_for(self, name: str, zero: str) -> None:
+        """A count that is at least 1, or 0 for a default that `zero` names."""
+        if getattr(self, name) < 0:
+            raise UsageError(f"{_flag(name)} must be at least 1 (or 0 for {zero}), got {getattr(self, name)}")
+
+    def _within(self, *checks: tuple[str, bool, str]) -> None:
+        for name, ok, want in checks:
+            v = getattr(self, name)
+            if not ok or (isinstance(v, float) and not math.isfinite(v)):
+                raise UsageError(f"{_flag(name)} must be {want}, got {v}")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 @dataclass
-class Config:
-    # --- what to train on
+class EnvSection(Section):
+    key: typing.ClassVar[str] = "env"
+    title: typing.ClassVar[str] = "environment"
+
     env: str = _f("CartPole-v1", "Gymnasium id (also `module:EnvId`), a single-agent id becoming N independent agents; or a PettingZoo Parallel env as `pettingzoo:<module>.<env>`, e.g. pettingzoo:mpe2.simple_spread_v3 or the first-party pettingzoo:envs.coop_nav")
     env_kwargs: dict = _f({}, "keyword arguments for the env's constructor: JSON on the command line ('{\"max_cycles\": 25}'), a table in TOML", mapping=True)
     agents: int = _f(0, "agents acting in each environment copy; 0 = 8 for a single-agent Gymnasium id, the env's own count for a PettingZoo env")
-    # --- policies
+    wrappers: tuple = _f((), "Gymnasium wrappers around each env copy, e.g. \"AtariPreprocessing(frame_skip=4),FrameStackObservation(stack_size=4)\" or `atari` for the standard Atari preprocessing", items=str)
+    obs_keys: tuple = _f((), "observation keys the network reads, e.g. image,direction (default: every key a network can read; text keys are dropped)", items=str)
+
+    def check(self) -> None:
+        super().check()
+        self._one_or_zero_for("agents", "the env's own count")
+
+
+@dataclass
+class PolicySection(Section):
+    key: typing.ClassVar[str] = "policy"
+    title: typing.ClassVar[str] = "policies"
+
     policies: typing.Union[str, dict] = _f("shared", "which network acts for which agent: `shared` (one network for all: parameter sharing), `per-agent`, or a mapping of agent-id patterns to policy names (JSON, or a TOML table), first match wins", mapping=True)
     agent_id_input: bool = _f(False, "append a one-hot of the agent (within its policy) to a shared policy's observation, so that one network can act differently per agent")
     opponents: str = _f("self", "`self`: every seat plays the current policy (self-play); `pool`: also a pool of frozen snapshots of it (every --snapshot-every iterations, at most --pool-size, the first one the initial weights): each game, with probability --pool-prob, one side (a seat; a team where several policies play) is played by a snapshot drawn from the pool, and makes no training samples (PettingZoo envs)", choices=("self", "pool"))
@@ -45,27 +96,97 @@ class Config:
     pool_keep: str = _f("latest", "--opponents pool, once --pool-size snapshots are kept: `latest` drops the oldest for each new one; `history` keeps a uniform sample of all snapshots taken (reservoir sampling), early selves included", choices=("latest", "history"))
     pool_prob: float = _f(0.5, "--opponents pool: probability that a game has one side played by a snapshot (0: snapshots are kept, for evaluation, but never played)")
     critic: str = _f("local", "`local`: each agent's critic sees its own observation (IPPO); `central`: the critic sees the global state, env.state() or all agents' observations in a fixed order (MAPPO)", choices=("local", "central"))
-    # --- processes
+
+    def check(self) -> None:
+        super().check()
+        if isinstance(self.policies, str) and self.policies not in ("shared", "per-agent"):
+            raise UsageError(f"--policies must be shared, per-agent, or a JSON mapping like "
+                             f"'{{\"speaker_*\": \"speaker\", \"*\": \"listener\"}}', got {self.policies!r}")
+        self._at_least(1, "snapshot_every", "pool_size")
+        self._within(("pool_prob", 0 <= self.pool_prob <= 1, "in [0, 1]"))
+
+
+@dataclass
+class ProcessSection(Section):
+    key: typing.ClassVar[str] = "processes"
+    title: typing.ClassVar[str] = "processes"
+
     actors: int = _f(2, "actor processes (RPC workers stepping environments)")
     envs_per_actor: int = _f(4, "environment copies owned by each actor")
     learners: int = _f(0, "learner ranks (FSDP2); 0 = one per visible GPU, or 1 without GPUs")
     max_restarts: int = _f(3, "when an actor fails: checkpoint, end every process and start the world again at full strength, resuming from that checkpoint, up to this many times per run (then go on degraded); 0 = never (under torchrun its own --max-restarts decides)")
-    # --- collection
+
+    def check(self) -> None:
+        super().check()
+        self._at_least(1, "actors", "envs_per_actor")
+        self._at_least(0, "max_restarts", why=" (0: go on degraded when an actor fails)")
+        self._one_or_zero_for("learners", "one per GPU")
+
+
+@dataclass
+class CollectionSection(Section):
+    key: typing.ClassVar[str] = "collection"
+    title: typing.ClassVar[str] = "collection"
+
     mode: str = _f("sync", "`sync`: collect, then learn, then publish; `async`: actors keep collecting with the newest weights they have while the learner trains (PPO's ratio against the behaviour policy corrects the lag)", choices=("sync", "async"))
     async_ahead: int = _f(1, "--mode async: finished rollouts an actor may have waiting for the learner before it pauses; more keeps actors busy and makes the policy lag larger")
-    rollout: str = _f("steps", "unit of one actor request: `steps` (num-steps per env copy, episodes continue) or `episodes`", choices=("steps", "episodes"))
+    rollout: str = _f("auto", "unit of one actor request: `steps` (num-steps per env copy, episodes continue), `episodes`, or `auto`: episodes for a turn-based game (a move's outcome comes at the other player's move), else steps", choices=("auto", "steps", "episodes"))
     num_steps: int = _f(64, "environment steps per actor request (rollout=steps)")
     episodes_per_request: int = _f(1, "whole episodes per agent per actor request (rollout=episodes)")
-    # --- budget and stopping
+
+    def check(self) -> None:
+        super().check()
+        self._at_least(1, "async_ahead", "num_steps", "episodes_per_request")
+
+
+@dataclass
+class BudgetSection(Section):
+    key: typing.ClassVar[str] = "budget"
+    title: typing.ClassVar[str] = "budget and stopping"
+
     total_steps: int = _f(500_000, "step budget in agent-steps (one agent acting once = one step)")
     target_return: typing.Optional[float] = _f(None, "stop when the mean return of the last 100 episodes reaches this; default: the env's reward_threshold")
-    # --- algorithm
+
+    def check(self) -> None:
+        super().check()
+        self._at_least(1, "total_steps")
+
+
+@dataclass
+class AlgorithmSection(Section):
+    key: typing.ClassVar[str] = "algorithm"
+    title: typing.ClassVar[str] = "algorithm"
+
+    # The choices are marl.algorithms.ALGORITHMS' names (a test holds them equal): listed here so
+    # that --help and a usage error need no torch import.
     algo: str = _f("ppo", "`ppo` (GAE, clipped surrogate, several epochs); `appo` (the clipped surrogate on V-trace advantages and value targets: for --mode async); `impala` (the V-trace actor-critic loss, one pass per batch)", choices=("ppo", "appo", "impala"))
+
+
+@dataclass
+class VTraceSection(Section):
+    """The hyperparameters of the V-trace algorithms (APPO, IMPALA): an algorithm's own section."""
+
+    key: typing.ClassVar[str] = "vtrace"
+    title: typing.ClassVar[str] = "V-trace (appo, impala)"
+
     vtrace_rho: float = _f(1.0, "V-trace's clip of the importance weights in its TD errors and advantages (rho-bar; appo, impala)")
     vtrace_c: float = _f(1.0, "V-trace's clip of the trace-cutting importance weights (c-bar; appo, impala)")
-    # --- PPO (names as in CleanRL's ppo.py). The defaults solve CartPole-v1 with 8 agents in about
-    # 120k agent-steps (README, "Measured"): a higher learning rate than CleanRL's, annealed over
-    # the 500k budget, and no value clipping (returns reach ~100, which a 0.2 clip only slows down).
+
+    def check(self) -> None:
+        super().check()
+        self._within(("vtrace_rho", self.vtrace_rho > 0, "greater than 0"), ("vtrace_c", self.vtrace_c > 0, "greater than 0"))
+
+
+@dataclass
+class OptimSection(Section):
+    """Names as in CleanRL's ppo.py; IMPALA reads the shared ones (learning rate, gamma, coefficients).
+    The defaults solve CartPole-v1 with 8 agents in about 120k agent-steps (README, "Measured"): a
+    higher learning rate than CleanRL's, annealed over the 500k budget, and no value clipping
+    (returns reach ~100, which a 0.2 clip only slows down)."""
+
+    key: typing.ClassVar[str] = "ppo"
+    title: typing.ClassVar[str] = "optimisation (CleanRL's PPO names)"
+
     learning_rate: float = _f(5e-3, "Adam learning rate")
     anneal_lr: bool = _f(True, "anneal the learning rate linearly over the step budget, down to 0.1% of it")
     gamma: float = _f(0.99, "discount factor")
@@ -79,25 +200,82 @@ class Config:
     vf_coef: float = _f(0.5, "value loss coefficient")
     max_grad_norm: float = _f(0.5, "clip gradients to this global norm (across all learner ranks)")
     target_kl: typing.Optional[float] = _f(None, "stop an update's epochs early when approx KL exceeds this")
-    # --- normalisation (off by default: CartPole's defaults solve it without; continuous control wants both)
+
+    def check(self) -> None:
+        super().check()
+        self._at_least(1, "num_minibatches", "update_epochs")
+        self._within(
+            ("learning_rate", 0 < self.learning_rate <= 1, "in (0, 1]"),
+            ("gamma", 0 <= self.gamma <= 1, "in [0, 1]"),
+            ("gae_lambda", 0 <= self.gae_lambda <= 1, "in [0, 1]"),
+            ("clip_coef", 0 < self.clip_coef < 1, "in (0, 1)"),
+            ("ent_coef", self.ent_coef >= 0, "at least 0"),
+            ("vf_coef", self.vf_coef > 0, "greater than 0"),
+            ("max_grad_norm", self.max_grad_norm > 0, "greater than 0"),
+        )
+        if self.target_kl is not None:
+            self._within(("target_kl", self.target_kl > 0, "greater than 0"))
+
+
+@dataclass
+class NormSection(Section):
+    """Off by default: CartPole's defaults solve it without; continuous control wants both."""
+
+    key: typing.ClassVar[str] = "normalisation"
+    title: typing.ClassVar[str] = "normalisation"
+
     norm_obs: bool = _f(False, "normalise every float vector observation (and a central critic's state) by a running mean and variance merged from every actor's rollouts, applied alike on actors, learners and in evaluation, saved with the weights")
     clip_obs: float = _f(10.0, "--norm-obs: clip normalised observations to +-this")
     norm_reward: bool = _f(False, "divide rewards by the running standard deviation of the discounted return (SB3's VecNormalize, Gymnasium's NormalizeReward); logged returns stay raw")
     clip_reward: float = _f(10.0, "--norm-reward: clip scaled rewards to +-this")
-    # --- network
+
+    def check(self) -> None:
+        super().check()
+        self._within(("clip_obs", self.clip_obs > 0, "greater than 0"), ("clip_reward", self.clip_reward > 0, "greater than 0"))
+
+
+# The action distributions' names, for --help; the distribution registry (marl.distributions)
+# decides which exist and which fits an action space, once the env is known.
+ACTION_DISTS = ("auto", "gaussian", "tanh_gaussian", "beta")
+
+
+@dataclass
+class ModelSection(Section):
+    key: typing.ClassVar[str] = "model"
+    title: typing.ClassVar[str] = "network"
+
     encoder: str = _f("auto", "observation encoder of the built-in network: `auto` (an MLP over vectors and one-hot discrete values, a CNN for each image-shaped Box: the Nature-DQN CNN from 36x36 up, a small conv stack below), `mlp` (flatten everything), `cnn`", choices=("auto", "mlp", "cnn"))
     hidden_sizes: tuple = _f((64, 64), "hidden layer widths of the actor and critic MLPs (after the encoder), e.g. 64,64")
-    action_squash: str = _f("clip", "Box actions: `clip` (a Gaussian whose samples the env adapter clips to the bounds) or `tanh` (a tanh-squashed Gaussian scaled to the bounds, with the log-determinant in its log-probabilities, log-std bounded to [-5, 2])", choices=("clip", "tanh"))
+    action_dist: str = _f("auto", "the action distribution: `auto` (the action space's own: categorical for Discrete, a Gaussian whose samples the env adapter clips to the bounds for Box), " + ", ".join(f"`{d}`" for d in ACTION_DISTS[1:]) + " (`tanh_gaussian`: a tanh-squashed Gaussian scaled to a Box's finite bounds, with the log-determinant in its log-probabilities, log-std bounded to [-5, 2])")
     core: str = _f("none", "recurrent core of the built-in network, between the encoder and the MLPs: `none`, `gru` or `lstm` (memory, for partially observed tasks; the actor and the critic get one each)", choices=("none", "gru", "lstm"))
     core_size: int = _f(64, "units of the recurrent core (--core gru|lstm)")
     seq_len: int = _f(0, "steps per training sequence of a recurrent network, each replayed from the state its actor recorded at its start; 0 = the whole rollout")
     model: str = _f("", "your own torch.nn.Module as module:Class instead of the built-in network (see README, \"Your own network\")")
     model_kwargs: dict = _f({}, "keyword arguments for --model's constructor: JSON on the command line, a table in TOML", mapping=True)
-    obs_keys: tuple = _f((), "observation keys the network reads, e.g. image,direction (default: every key a network can read; text keys are dropped)", items=str)
-    wrappers: tuple = _f((), "Gymnasium wrappers around each env copy, e.g. \"AtariPreprocessing(frame_skip=4),FrameStackObservation(stack_size=4)\" or `atari` for the standard Atari preprocessing", items=str)
     activation_checkpointing: bool = _f(False, "recompute each block's activations in backward instead of storing them (saves learner memory on big policies)")
     precision: str = _f("fp32", "learner compute precision (bf16 keeps fp32 master weights and fp32 gradient reduction)", choices=("fp32", "bf16"))
-    # --- bookkeeping
+
+    def check(self) -> None:
+        super().check()
+        self._at_least(1, "core_size")
+        self._one_or_zero_for("seq_len", "the whole rollout")
+        if self.model and self.core != "none":
+            raise UsageError(f"--core {self.core} is the built-in network's; a --model is recurrent by its own "
+                             f"state_size (README, \"Your own network\"); drop --core or --model")
+        if not self.hidden_sizes or min(self.hidden_sizes) < 1:
+            raise UsageError(f"--hidden-sizes must be positive widths like 64,64, got {self.hidden_sizes}")
+
+    @property
+    def action_squash(self) -> str:
+        """The policy specs' reading of --action-dist until they ask the distribution registry."""
+        return "tanh" if self.action_dist == "tanh_gaussian" else "clip"
+
+
+@dataclass
+class RunSection(Section):
+    key: typing.ClassVar[str] = "run"
+    title: typing.ClassVar[str] = "bookkeeping"
+
     seed: int = _f(1, "random seed (environments, sampling, initial weights)")
     logdir: str = _f("runs", "TensorBoard root directory")
     run_name: str = _f("", "run directory name under logdir; default: <env>__<seed>__<unix time>")
@@ -113,9 +291,44 @@ class Config:
     wandb_entity: str = _f("", "--track: the W&B team or user (default: yours)")
     resume: str = _f("", "continue a run from runs/<run> (its newest checkpoint) or runs/<run>/checkpoints/iter_N; flags given with it override the run's config", saved=False)
 
+    def check(self) -> None:
+        super().check()
+        if self.seed < 0:
+            raise UsageError(f"--seed must be at least 0 (Gymnasium's seeds are unsigned), got {self.seed}")
+        self._within(("rpc_timeout", self.rpc_timeout > 0, "greater than 0"))
+        self._at_least(0, "checkpoint_every", why=" (0: only at the end)")
+        self._at_least(1, "keep_checkpoints")
+        self._at_least(0, "eval_every", "video_every", why=" (0: never)")
+        self._at_least(1, "eval_episodes")
+        if self.run_name and ("/" in self.run_name or self.run_name in (".", "..")):
+            raise UsageError(f"--run-name must be a plain directory name, got {self.run_name!r}")
+
     @property
     def run_dir(self) -> Path:
         return Path(self.logdir) / self.run_name
+
+
+# In the order of --help, the README's table and a saved config.toml. A new algorithm's own
+# section (a Section subclass, as VTraceSection) joins by being named here.
+SECTIONS: tuple[type[Section], ...] = (EnvSection, PolicySection, ProcessSection, CollectionSection, BudgetSection,
+                                       AlgorithmSection, VTraceSection, OptimSection, NormSection, ModelSection, RunSection)
+
+
+@dataclass
+class Config(*reversed(SECTIONS)):
+    """Every section's fields as one flat view (`cfg.learning_rate`); `cfg.section(OptimSection)`
+    is one component's part of it."""
+
+    @classmethod
+    def sections(cls) -> tuple[type[Section], ...]:
+        return SECTIONS
+
+    def section(self, kind: type[Section]) -> Section:
+        return kind(**{f.name: getattr(self, f.name) for f in dataclasses.fields(kind)})
+
+    def check(self) -> None:
+        for kind in SECTIONS:
+            kind.check(self.section(kind))
 
     @classmethod
     def from_toml(cls, path: str, **fields) -> "Config":
@@ -124,10 +337,9 @@ class Config:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
-# --help's sections: each starts at the named field and runs to the next (the order of the fields above).
-SECTIONS = {"env": "environment", "policies": "policies", "actors": "processes", "mode": "collection",
-            "total_steps": "budget and stopping", "algo": "algorithm", "learning_rate": "optimisation (CleanRL's PPO names)",
-            "norm_obs": "normalisation", "encoder": "network", "seed": "bookkeeping"}
+SECTION_OF = {f.name: kind for kind in SECTIONS for f in dataclasses.fields(kind)}
+# Fields renamed since a run's config.toml may have been written: old name -> (new name, old value -> new value).
+RENAMED = {"action_squash": ("action_dist", {"tanh": "tanh_gaussian", "clip": "auto"})}
 _HINTS = typing.get_type_hints(Config)
 
 
@@ -211,20 +423,51 @@ def _suggest(word: str, options) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def load_toml(path: str) -> dict:
+def load_toml(path: str, _chain: tuple[Path, ...] = ()) -> dict:
+    """A config file's fields: keys flat (`learning_rate = 1e-3`) or under their section's table
+    (`[ppo]`), on top of the preset its `base` names (a path relative to the file; chains allowed)."""
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"config file {path} does not exist; pass an existing TOML file to --config (see configs/)")
+    if p.resolve() in _chain:
+        names = " -> ".join(c.name for c in (*_chain, p.resolve()))
+        raise UsageError(f"config file {path}: its base presets come back to it ({names}); remove one `base`")
     try:
         data = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"config file {path} is not valid TOML: {e}") from None
-    out = {}
-    for key, value in data.items():
+    base = data.pop("base", None)
+    if base is not None and not isinstance(base, str):
+        raise UsageError(f"config file {path}: base must name a preset file, like base = \"coop_nav.toml\", got {base!r}")
+    out = load_toml(str(p.parent / base), (*_chain, p.resolve())) if base else {}
+    for key, value in _flat(path, data).items():
         name = key.replace("-", "_")
+        if name in RENAMED:  # a run saved before the rename
+            name, values = RENAMED[name]
+            value = values.get(value, value)
         if name not in FIELDS:
             raise UsageError(f"config file {path}: unknown key {key!r}{_suggest(name, FIELDS)}")
         out[name] = _convert(name, value)
+    return out
+
+
+_TABLES = {kind.key: kind for kind in SECTIONS}
+
+
+def _flat(path: str, data: dict) -> dict:
+    """The keys of a file's `[section]` tables beside its flat ones; a field under another section's
+    table is refused (a field that takes a mapping keeps a table of its own name)."""
+    out = {}
+    for key, value in data.items():
+        kind = _TABLES.get(key)
+        if kind is None or not isinstance(value, dict) or FIELDS.get(key) and FIELDS[key].metadata.get("mapping"):
+            out[key] = value
+            continue
+        for name, v in value.items():
+            owner = SECTION_OF.get(name.replace("-", "_"))
+            if owner is not None and owner is not kind:
+                raise UsageError(f"config file {path}: {name!r} belongs to [{owner.key}], not [{key}]")
+            out[name] = v
     return out
 
 
@@ -239,27 +482,42 @@ def build_parser() -> argparse.ArgumentParser:
         "Every flag is a field of marl.config.Config and can also be set in a --config TOML file."))
     p.add_argument("--config", default=argparse.SUPPRESS,
                    help="TOML file of field = value pairs (see configs/); flags given here override it")
-    group = p
-    for f in dataclasses.fields(Config):
-        if f.name in SECTIONS:
-            group = p.add_argument_group(SECTIONS[f.name])
-        kind = _base_type(f.name)
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        default = ",".join(map(str, default)) if kind is tuple else json.dumps(default) if isinstance(default, dict) else default
-        text = f.metadata["help"]
-        if default not in ("", None, ()) and "default:" not in text:  # a help text that says its default keeps it
-            text += f" (default: {default})"
-        kw = dict(default=argparse.SUPPRESS, help=text.replace("%", "%%"))
-        flag = "--" + f.name.replace("_", "-")
-        if kind is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
-        else:
-            choices = f.metadata.get("choices")
-            metavar = ("{" + ",".join(choices) + "}" if choices else
-                       ("A,B" if f.metadata.get("items") is str else "N,N") if kind is tuple else
-                       "JSON" if kind is dict else kind.__name__.upper())
-            group.add_argument(flag, metavar=metavar, choices=choices, **kw)
+    for section in SECTIONS:
+        group = p.add_argument_group(section.title)
+        for f in dataclasses.fields(section):
+            _add_flag(group, f)
     return p
+
+
+def _default_text(f: dataclasses.Field) -> str | None:
+    """The default as a user writes it on the command line; None where there is none to show."""
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    if default in ("", None, ()):
+        return None
+    if _base_type(f.name) is tuple:
+        return ",".join(map(str, default))
+    return json.dumps(default) if isinstance(default, (dict, bool)) else str(default)
+
+
+def _help(f: dataclasses.Field) -> str:
+    text, default = f.metadata["help"], _default_text(f)
+    if default is not None and "default:" not in text:  # a help text that says its default keeps it
+        text += f" (default: {default})"
+    return text
+
+
+def _add_flag(group, f: dataclasses.Field) -> None:
+    kind = _base_type(f.name)
+    kw = dict(default=argparse.SUPPRESS, help=_help(f).replace("%", "%%"))
+    flag = "--" + f.name.replace("_", "-")
+    if kind is bool:
+        group.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+    else:
+        choices = f.metadata.get("choices")
+        metavar = ("{" + ",".join(choices) + "}" if choices else
+                   ("A,B" if f.metadata.get("items") is str else "N,N") if kind is tuple else
+                   "JSON" if kind is dict else kind.__name__.upper())
+        group.add_argument(flag, metavar=metavar, choices=choices, **kw)
 
 
 def parse_values(argv: list[str] | None = None) -> dict:
@@ -268,6 +526,10 @@ def parse_values(argv: list[str] | None = None) -> dict:
     known, unknown = parser.parse_known_args(argv)
     if unknown:
         flags = [a.split("=", 1)[0] for a in unknown if a.startswith("--")]
+        if flags and flags[0][2:].replace("-", "_") in RENAMED:
+            new, values = RENAMED[flags[0][2:].replace("-", "_")]
+            given = unknown[unknown.index(flags[0]) + 1] if flags[0] in unknown[:-1] else unknown[0].partition("=")[2]
+            raise UsageError(f"{flags[0]} is renamed: use {_flag(new)} {values.get(given, 'tanh_gaussian')}")
         if flags:
             names = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
             close = difflib.get_close_matches(flags[0], names, n=1)
@@ -288,79 +550,17 @@ def parse_args(argv: list[str] | None = None) -> Config:
 def validate(cfg: Config, *, gpus: int) -> Config:
     """Reject impossible values with one line each; fill in the defaults that depend on the machine.
 
+    Each section checks its own fields (`Section.check`); what spans sections is checked here.
     `gpus` is the number of visible CUDA devices (0 on CPU). Env-dependent checks (id, spaces,
-    reward threshold) happen in `envs.registry.describe`, called by `train.py` right after this.
+    reward threshold, `--rollout auto`) happen in `marl.run.prepare` once the env is described.
     """
-    for f in dataclasses.fields(cfg):  # the CLI checks choices, a TOML file does not
-        choices, value = f.metadata.get("choices"), getattr(cfg, f.name)
-        if choices and value not in choices:
-            raise UsageError(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, got {value!r}{_suggest(str(value), choices)}")
-    if cfg.seed < 0:
-        raise UsageError(f"--seed must be at least 0 (Gymnasium's seeds are unsigned), got {cfg.seed}")
-    if cfg.agents < 0:
-        raise UsageError(f"--agents must be at least 1 (or 0 for the env's own count), got {cfg.agents}")
-    for name in ("actors", "envs_per_actor", "num_steps", "episodes_per_request", "async_ahead",
-                 "total_steps", "num_minibatches", "update_epochs", "core_size"):
-        v = getattr(cfg, name)
-        if v < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {v}")
-    if isinstance(cfg.policies, str) and cfg.policies not in ("shared", "per-agent"):
-        raise UsageError(f"--policies must be shared, per-agent, or a JSON mapping like "
-                         f"'{{\"speaker_*\": \"speaker\", \"*\": \"listener\"}}', got {cfg.policies!r}")
-    if cfg.max_restarts < 0:
-        raise UsageError(f"--max-restarts must be at least 0 (0: go on degraded when an actor fails), got {cfg.max_restarts}")
-    if cfg.learners < 0:
-        raise UsageError(f"--learners must be at least 1 (or 0 for one per GPU), got {cfg.learners}")
+    cfg.check()
     learners = cfg.learners or max(gpus, 1)
     if gpus and learners > gpus:
         raise UsageError(f"--learners {learners} is more than the {gpus} visible GPU(s); use --learners {gpus} or fewer")
-    checks = [
-        ("learning_rate", 0 < cfg.learning_rate <= 1, "in (0, 1]"),
-        ("gamma", 0 <= cfg.gamma <= 1, "in [0, 1]"),
-        ("gae_lambda", 0 <= cfg.gae_lambda <= 1, "in [0, 1]"),
-        ("clip_coef", 0 < cfg.clip_coef < 1, "in (0, 1)"),
-        ("ent_coef", cfg.ent_coef >= 0, "at least 0"),
-        ("vf_coef", cfg.vf_coef > 0, "greater than 0"),
-        ("max_grad_norm", cfg.max_grad_norm > 0, "greater than 0"),
-        ("rpc_timeout", cfg.rpc_timeout > 0, "greater than 0"),
-        ("vtrace_rho", cfg.vtrace_rho > 0, "greater than 0"),
-        ("vtrace_c", cfg.vtrace_c > 0, "greater than 0"),
-        ("clip_obs", cfg.clip_obs > 0, "greater than 0"),
-        ("clip_reward", cfg.clip_reward > 0, "greater than 0"),
-    ]
-    for name, ok, want in checks:
-        v = getattr(cfg, name)
-        if not ok or (isinstance(v, float) and not math.isfinite(v)):
-            raise UsageError(f"--{name.replace('_', '-')} must be {want}, got {v}")
-    if cfg.checkpoint_every < 0:
-        raise UsageError(f"--checkpoint-every must be at least 0 (0: only at the end), got {cfg.checkpoint_every}")
-    if cfg.keep_checkpoints < 1:
-        raise UsageError(f"--keep-checkpoints must be at least 1, got {cfg.keep_checkpoints}")
-    if cfg.snapshot_every < 1 or cfg.pool_size < 1:
-        name, v = ("snapshot_every", cfg.snapshot_every) if cfg.snapshot_every < 1 else ("pool_size", cfg.pool_size)
-        raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {v}")
-    if not 0 <= cfg.pool_prob <= 1:
-        raise UsageError(f"--pool-prob must be in [0, 1], got {cfg.pool_prob}")
-    if cfg.eval_every < 0:
-        raise UsageError(f"--eval-every must be at least 0 (0: never), got {cfg.eval_every}")
-    if cfg.eval_episodes < 1:
-        raise UsageError(f"--eval-episodes must be at least 1, got {cfg.eval_episodes}")
-    if cfg.video_every < 0:
-        raise UsageError(f"--video-every must be at least 0 (0: never), got {cfg.video_every}")
-    if cfg.target_kl is not None and cfg.target_kl <= 0:
-        raise UsageError(f"--target-kl must be greater than 0, got {cfg.target_kl}")
-    if cfg.seq_len < 0:
-        raise UsageError(f"--seq-len must be at least 1 (or 0 for the whole rollout), got {cfg.seq_len}")
-    if cfg.model and cfg.core != "none":
-        raise UsageError(f"--core {cfg.core} is the built-in network's; a --model is recurrent by its own "
-                         f"state_size (README, \"Your own network\"); drop --core or --model")
-    if not cfg.hidden_sizes or min(cfg.hidden_sizes) < 1:
-        raise UsageError(f"--hidden-sizes must be positive widths like 64,64, got {cfg.hidden_sizes}")
-    if cfg.agents:
+    if cfg.agents and cfg.rollout != "auto":
         check_batch(cfg, learners)
     run_name = cfg.run_name or f"{cfg.env.replace(':', '_').replace('/', '_')}__{cfg.seed}__{int(time.time())}"
-    if "/" in run_name or run_name in (".", ".."):
-        raise UsageError(f"--run-name must be a plain directory name, got {run_name!r}")
     return dataclasses.replace(cfg, learners=learners, run_name=run_name)
 
 
@@ -418,11 +618,27 @@ def _toml_value(v) -> str:
 
 
 def to_toml(cfg: Config) -> str:
-    """The resolved config as TOML that `--config` reads back (None fields are left out)."""
+    """The resolved config as TOML that `--config` reads back, a table per section (None fields are
+    left out, and `resume`: it names this run's past, not its config)."""
     lines = []
-    for name, f in FIELDS.items():
-        v = getattr(cfg, name)
-        if v is None or not f.metadata.get("saved", True):  # `resume` names this run's past, not its config
-            continue
-        lines.append(f"{name} = {_toml_value(v)}")
+    for section in SECTIONS:
+        lines.append(f"{'' if not lines else chr(10)}[{section.key}]")
+        for f in dataclasses.fields(section):
+            v = getattr(cfg, f.name)
+            if v is not None and f.metadata.get("saved", True):
+                lines.append(f"{f.name} = {_toml_value(v)}")
     return "\n".join(lines) + "\n"
+
+
+def flag_table() -> str:
+    """README's table of flags, a table per section, rendered from the fields (a test holds the
+    README equal to it: `python -c "import marl.config as c; print(c.flag_table())"` regenerates it)."""
+    out = ["| flag | default | meaning |", "| --- | --- | --- |",
+           "| `--config` | | TOML file of `field = value` pairs or `[section]` tables, on top of the preset its `base` names |"]
+    for section in SECTIONS:
+        out.append(f"| **{section.title}** `[{section.key}]` | | |")
+        for f in dataclasses.fields(section):
+            default = _default_text(f)
+            cell = f"`{default}`" if default is not None else ""
+            out.append(f"| `{_flag(f.name)}` | {cell} | {f.metadata['help'].replace('|', chr(92) + '|')} |")
+    return "\n".join(out) + "\n"

@@ -5,25 +5,14 @@ runs and returns its result."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
+from marl import result
 from marl.config import Config, UsageError, _suggest, check_batch, validate
+from marl.result import RESULT_FILE, WINDOW  # noqa: F401  RESULT_FILE: the coordinator's, until it writes by result.save
 
-
-@dataclass
-class TrainResult:
-    """How a run ended: what `python train.py` prints last, as values (also in runs/<run>/result.json)."""
-
-    reason: str  # "target" (the mean return reached --target-return) or "budget" (--total-steps spent)
-    global_step: int  # agent-steps in all, resumed runs included
-    steps: int  # taken by this call
-    seconds: float  # its training time, from the first rollout
-    mean_return: float | None  # of the last 100 episodes
-    lost_actors: int  # dropped and not healed
-    run_dir: Path
+TrainResult = result.Result  # the public name of how a run ended (marl.TrainResult)
 
 
 class RunFailed(RuntimeError):
@@ -49,12 +38,7 @@ def train(cfg: Config | None = None, **overrides) -> TrainResult:
     code = launch(cfg, info)
     if code != 0:
         raise RunFailed(f"the run in {cfg.run_dir} stopped with exit code {code} (its output says why)")
-    done = json.loads((cfg.run_dir / RESULT_FILE).read_text())
-    return TrainResult(**{k: done[k] for k in ("reason", "global_step", "steps", "seconds", "mean_return", "lost_actors")},
-                       run_dir=cfg.run_dir)
-
-
-RESULT_FILE = "result.json"
+    return result.load(cfg.run_dir)
 
 
 def default_agents(env_id: str) -> int | None:
@@ -119,15 +103,27 @@ def slow_here(cfg, gpu: bool) -> list[str]:
     return lines
 
 
+def resolve_rollout(cfg, turn_based: bool) -> Config:
+    """`--rollout auto`: whole games for a turn-based game (a move's outcome comes at the other
+    player's move, maybe in another request), steps otherwise; everything after sees which."""
+    if cfg.rollout != "auto":
+        return cfg
+    return dataclasses.replace(cfg, rollout="episodes" if turn_based else "steps")
+
+
 def check_turn_based(cfg, recurrent: bool) -> None:
     """A turn-based game (PettingZoo AEC, envs.aec): an agent's transition spans the other agents'
-    moves, so a request must hold whole games, and what learns from it must skip the waits."""
+    moves, so a request must hold whole games, and what learns from it must skip the waits: the
+    algorithm says whether it does (`Algorithm.turn_based`)."""
+    from marl.algorithms import ALGORITHMS
+
     why = f"{cfg.env} is a turn-based game (PettingZoo AEC): "
     if cfg.rollout != "episodes":
         raise UsageError(why + "a move's outcome can come in another request, so requests collect whole games: "
-                         "pass --rollout episodes (or start from configs/tictactoe.toml)")
-    if cfg.algo != "ppo":
-        raise UsageError(why + f"--algo {cfg.algo}'s V-trace does not skip a waiting agent's steps yet; use --algo ppo")
+                         "pass --rollout episodes or auto (or start from configs/tictactoe.toml)")
+    if not ALGORITHMS[cfg.algo].turn_based:
+        able = [name for name, algo in ALGORITHMS.items() if algo.turn_based]
+        raise UsageError(why + f"--algo {cfg.algo} does not skip a waiting agent's steps yet; use --algo {' or '.join(able)}")
     if recurrent:
         raise UsageError(why + "recurrent policies do not skip a waiting agent's steps yet; drop --core (or the "
                          "recurrent --model)")
@@ -153,7 +149,6 @@ def check_left_to_do(cfg) -> None:
     """A resumed run that has already reached its target, or spent its budget, would stop after
     one more iteration: say so, and how to train on."""
     from marl import checkpoint
-    from marl.coordinator import WINDOW
 
     state = checkpoint.read_trainer(Path(cfg.resume))
     recent, step = state["recent"].tolist(), int(state["global_step"])
@@ -211,9 +206,8 @@ def prepare(values: dict):
     try:
         cfg = validate(cfg, gpus=torch.cuda.device_count())
         info = describe(cfg.env, cfg.agents or default_agents(cfg.env), cfg.env_kwargs, cfg.obs_keys, cfg.wrappers)
-        if not cfg.agents:
-            cfg = dataclasses.replace(cfg, agents=len(info.agent_ids))
-            check_batch(cfg, cfg.learners)
+        cfg = resolve_rollout(dataclasses.replace(cfg, agents=cfg.agents or len(info.agent_ids)), info.turn_based)
+        check_batch(cfg, cfg.learners)  # validate could not: the agents or the rollout unit were the env's to say
         # A mapping or a network that cannot work fails here, before any process starts.
         specs = specs_of(cfg, info)
         recurrent = check_network(specs, network_of(cfg))
@@ -239,6 +233,9 @@ def prepare(values: dict):
             s.action.continuous for s in specs):
         print("marl: Box actions with CartPole's defaults (learning rate 5e-3, no normalisation) learn poorly; "
               "start from a preset: --config configs/pendulum.toml or configs/mujoco.toml", flush=True)
+    if not cfg.resume and not cfg.wrappers and cfg.env.startswith("ALE/"):
+        print(f"marl: {cfg.env} without --wrappers trains on raw 210x160x3 frames with CartPole's defaults; start "
+              f"from the preset: --config configs/atari.toml (or --wrappers atari)", flush=True)
     if cfg.target_return is None and info.reward_threshold is not None:
         cfg = dataclasses.replace(cfg, target_return=float(info.reward_threshold))
     for line in slow_here(cfg, torch.cuda.is_available()):

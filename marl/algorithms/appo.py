@@ -26,6 +26,7 @@ class APPO(PPO):
 
     name = "appo"
     needs_current = True
+    turn_based = False  # V-trace's recursion does not skip a waiting agent's steps yet
 
     def targets(self, traj: dict, current) -> tuple[torch.Tensor, torch.Tensor]:
         return vtrace_targets(self.cfg, traj, current)

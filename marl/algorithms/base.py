@@ -5,6 +5,10 @@ how many passes it makes over them, and gives the loss of a minibatch. The learn
 the same for all of them: the forward pass, backward, the global-norm clip, the optimizer step,
 FSDP, and the all-reduce of the metrics by name. Nothing here knows of processes, RPC or FSDP.
 
+An algorithm declares what it can do (`turn_based`, ...) as class attributes, and reads its
+hyperparameters from `cfg`: the fields of its own `marl.config.Section` (as V-trace's
+`VTraceSection`), which `marl.config.SECTIONS` composes into `Config`.
+
 An algorithm that needs more (a replay buffer, target networks, several optimizers) extends this
 protocol with what it needs; the learner asks for those hooks only where they exist.
 """
@@ -20,6 +24,8 @@ class Algorithm(Protocol):
     name: str
     epochs: int  # passes over each batch
     needs_current: bool  # targets read the current network's log-probs and values over the trajectories
+    # Capabilities, which marl.run checks before a run starts (instead of refusing algorithms by name):
+    turn_based: bool  # its targets skip the steps an agent sat out waiting for its turn (traj["valid"])
 
     def targets(self, traj: dict, current: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, value targets), each [T, S, n], for one policy's trajectories [T, S, n, ...].

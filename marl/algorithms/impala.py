@@ -22,6 +22,7 @@ def impala_loss(new_logprob: torch.Tensor, pg_advantages: torch.Tensor, new_valu
 class IMPALA:
     name = "impala"
     needs_current = True
+    turn_based = False  # V-trace's recursion does not skip a waiting agent's steps yet
     minibatches = staticmethod(sample_minibatches)
     epochs = 1
 

@@ -48,6 +48,7 @@ class PPO:
 
     name = "ppo"
     needs_current = False
+    turn_based = True  # GAE bridges a waiting agent's steps (gae's `valid`)
     minibatches = staticmethod(sample_minibatches)
 
     def __init__(self, cfg):
