@@ -42,10 +42,10 @@ def train(cfg: Config | None = None, **overrides) -> TrainResult:
 
 
 def default_agents(env_id: str) -> int | None:
-    """--agents 0: eight independent copies of a single-agent env; a PettingZoo env's own agents (None)."""
-    from envs.registry import PETTINGZOO_PREFIX
+    """--agents 0: eight independent copies of a single-agent env; the env's own agents (None) where its backend names them."""
+    from envs.registry import decides_agents
 
-    return None if env_id.startswith(PETTINGZOO_PREFIX) else 8
+    return None if decides_agents(env_id) else 8
 
 
 def resumed_config(values: dict):
@@ -221,7 +221,7 @@ def prepare(values: dict):
         raise UsageError(str(e)) from None
     if info.turn_based:
         check_turn_based(cfg, recurrent)
-    if cfg.opponents == "pool" and not info.is_pettingzoo:
+    if cfg.opponents == "pool" and not info.own_agents:
         raise UsageError(f"--opponents pool plays seats of a PettingZoo game; {cfg.env}'s agents are independent copies")
     if cfg.opponents == "pool" and recurrent:
         raise UsageError("--opponents pool: frozen snapshots play feed-forward networks only for now; drop --core "
