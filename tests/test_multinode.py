@@ -9,10 +9,10 @@ import socket
 import subprocess
 import sys
 import time
-import tomllib
 
 import torch
 
+from marl.config import load_toml
 from tests.conftest import ROOT, read_scalars
 
 # On equal nodes each node's first local ranks are learners: node 0 runs learner0 and actor0, node 1
@@ -101,5 +101,5 @@ def test_two_nodes_heal_a_killed_actor_then_a_second_launch_resumes(train):
     assert f"resumed from {run / 'checkpoints'}" in out0 and "reached 250 at step" in out0
     steps = [s for s, _ in read_scalars(run)["charts/SPS"]]
     assert steps[:len(first)] == [s for s, _ in first] and steps == sorted(set(steps)) and len(steps) > len(first)
-    assert tomllib.loads((run / "config.toml").read_text())["target_return"] == 250
+    assert load_toml(str(run / "config.toml"))["target_return"] == 250
     assert not train.survivors()

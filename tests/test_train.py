@@ -8,11 +8,11 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
 
+from marl.config import load_toml
 from tests.conftest import ROOT, read_scalars
 
 CLEANRL_TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "losses/value_loss",
@@ -57,7 +57,7 @@ def test_default_run_solves_cartpole_with_eight_agents(train):
     steps = [s for s, _ in scalars["charts/SPS"]]
     assert steps == sorted(steps) and steps[-1] > 10_000  # x-axis is global agent-steps
     assert max(v for _, v in scalars["charts/episodic_return"]) >= 400
-    saved = tomllib.loads((run / "config.toml").read_text())
+    saved = load_toml(str(run / "config.toml"))
     assert saved["agents"] == 8 and saved["target_return"] == 475.0 and saved["learners"] == 1
     assert not train.survivors()
 
@@ -376,7 +376,7 @@ def test_resume_continues_the_run_on_another_learner_count(train):
     second = json.loads((run / "result.json").read_text())["seconds"]
     wall = read_scalars(run)["hparams/wall_seconds"]
     assert len(wall) == 1 and wall[0][1] == pytest.approx(float(saved["seconds"]) + second, rel=1e-5)
-    assert tomllib.loads((run / "config.toml").read_text())["learners"] == 2
+    assert load_toml(str(run / "config.toml"))["learners"] == 2
     newest = sorted((run / "checkpoints").iterdir())[-1]
     assert torch.load(newest / "trainer.pt", weights_only=True)["learners"] == 2
     assert not train.survivors()
@@ -400,7 +400,7 @@ def test_simple_spread_trains_through_rpc_actors_and_a_sharded_learner(train):
     for tag in ["losses/shared/policy_loss", "losses/shared/value_loss", "losses/shared/explained_variance",
                 *(f"agents/agent_{i}/episodic_return" for i in range(3))]:
         assert scalars.get(tag), f"missing TensorBoard tag {tag}"
-    saved = tomllib.loads((run / "config.toml").read_text())
+    saved = load_toml(str(run / "config.toml"))
     assert saved["env_kwargs"] == {"N": 3, "max_cycles": 25, "continuous_actions": False} and saved["agents"] == 3
     assert not train.survivors()
 
