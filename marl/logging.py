@@ -71,9 +71,11 @@ class RunLogger:
             import wandb
 
             # Before the SummaryWriter: sync_tensorboard patches it to copy every event to W&B (CleanRL's way).
+            # W&B's folder goes beside the logdir (./wandb beside ./runs, W&B's own default): inside the
+            # watched event folder its sync copied the copies again, 41 points a step.
             self.wandb = wandb.init(project=cfg.wandb_project_name, entity=cfg.wandb_entity or None, name=cfg.run_name,
                                     id=wandb_id(cfg.run_name), resume="allow", config=hparam_values(cfg),
-                                    sync_tensorboard=True, dir=str(self.run_dir), save_code=False)
+                                    sync_tensorboard=True, dir=str(Path(cfg.logdir).resolve().parent), save_code=False)
         self.writer = SummaryWriter(str(self.run_dir), purge_step=purge_step)
         rows = "\n".join(f"|{f.name}|{getattr(cfg, f.name)}|" for f in dataclasses.fields(cfg))
         self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
