@@ -243,9 +243,11 @@ def _under_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
 
 
-def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> int:
-    """Run the whole job; returns the exit code for this process. See `run_rank` for `rank0_main`."""
-    clock = StartupClock(process_start_time(), time.time())
+def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None, called_at: float | None = None) -> int:
+    """Run the whole job; returns the exit code for this process. See `run_rank` for `rank0_main`.
+    `called_at` (time.time()): where the start-up line counts from, for a run started from Python
+    (marl.train), whose process may have started long before; by default the process's own start."""
+    clock = StartupClock(called_at if called_at is not None else process_start_time(), time.time())
     world = cfg.learners + cfg.actors
     if _under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != world:
