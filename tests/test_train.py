@@ -257,6 +257,14 @@ def test_a_signal_ends_every_process_and_flushes_the_logs(train, sig, code):
     assert (train.logdir / "sig" / "checkpoints" / f"iter_{len(logged):06d}" / "trainer.pt").is_file()
 
 
+def survivors_after(train, seconds: float) -> list[int]:
+    """The run's processes still alive once they have had `seconds` to end."""
+    deadline = time.monotonic() + seconds
+    while train.survivors() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return train.survivors()
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_the_whole_process_group_stops_the_run_without_healing(train, sig, code):
     # As timeout(1), scancel, Kubernetes and systemd stop a job: every process of its group gets the signal.
@@ -268,10 +276,7 @@ def test_a_signal_to_the_whole_process_group_stops_the_run_without_healing(train
         read_until(proc, "iter    5 ")
         os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=60)
-        deadline = time.monotonic() + 10
-        while train.survivors() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not train.survivors()
+        assert not survivors_after(train, 10.0)
     finally:
         proc.kill()
     assert proc.returncode == code, err[-2000:]
