@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import math
 import os
 import shutil
 import signal
@@ -213,8 +214,12 @@ def _pin_for_async(rank: int, learners: int) -> None:
 
 def _child(rank: int, world: int, cfg: Config, info: EnvInfo, init_methods: tuple[str, str]) -> None:
     _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the launcher's stop-at-the-boundary handler
+    # A stop is the supervisor's to pass on to rank 0. timeout(1), scancel, Kubernetes and systemd
+    # signal the whole process group: an actor that died of it first looked to rank 0 like a failed
+    # actor, and the run healed instead of stopping. The supervisor ends these processes itself
+    # (SIGKILL, or their parent-death signal).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.exit(run_rank(rank, world, rank, cfg, info, init_methods))
 
 
@@ -238,9 +243,11 @@ def _under_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
 
 
-def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> int:
-    """Run the whole job; returns the exit code for this process. See `run_rank` for `rank0_main`."""
-    clock = StartupClock(process_start_time(), time.time())
+def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None, called_at: float | None = None) -> int:
+    """Run the whole job; returns the exit code for this process. See `run_rank` for `rank0_main`.
+    `called_at` (time.time()): where the start-up line counts from, for a run started from Python
+    (marl.train), whose process may have started long before; by default the process's own start."""
+    clock = StartupClock(called_at if called_at is not None else process_start_time(), time.time())
     world = cfg.learners + cfg.actors
     if _under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != world:
@@ -277,6 +284,9 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
         while True:
             began = time.monotonic()
             code = _local_world(cfg, info, clock, restarts=restarts, forward=forward)
+            if code == HEAL_EXIT and forward.received is not None:
+                # An actor failed while the run was stopping: the stop wins (rank 0 has checkpointed).
+                raise KeyboardInterrupt() if forward.received == signal.SIGINT else Terminated()
             if code != HEAL_EXIT:
                 return code
             restarts += 1
@@ -289,7 +299,7 @@ def launch(cfg: Config, info: EnvInfo, rank0_main: Rank0Main | None = None) -> i
             newest = checkpoint.latest(cfg.run_dir)  # none if the first iteration never finished
             cfg = dataclasses.replace(cfg, resume=str(newest) if newest else cfg.resume)
             clock = StartupClock(None, time.time())
-    except (KeyboardInterrupt, Terminated) as e:  # between two worlds
+    except (KeyboardInterrupt, Terminated) as e:  # between two worlds, or instead of the next one
         print(f"marl: {'interrupted' if isinstance(e, KeyboardInterrupt) else 'terminated'} before restarting; "
               f"go on with: python train.py --resume {cfg.run_dir}", file=sys.stderr)
         return 130 if isinstance(e, KeyboardInterrupt) else 143
@@ -374,15 +384,25 @@ def _rank0_child(world: int, cfg: Config, info: EnvInfo, init_methods: tuple[str
 
 class _ForwardSignals:
     """The supervisor's SIGINT and SIGTERM go to rank 0, which stops at an iteration boundary and
-    checkpoints; between two worlds they stop the supervisor itself."""
+    checkpoints; between two worlds they stop the supervisor itself. Once one came, no world is
+    started again."""
+
+    REPEAT_SECONDS = 1.0  # a repeat within this is the same stop delivered twice, not "stop at once"
 
     def __init__(self):
         self.target: mp.Process | None = None
+        self.received: int | None = None
+        self.last = -math.inf
         self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _handle(self, signum, frame) -> None:
+        # timeout(1) signals its child, then the child's whole group: this process gets the signal twice.
+        repeat, self.last = time.monotonic() - self.last < self.REPEAT_SECONDS, time.monotonic()
+        if self.received is None:
+            self.received = signum
         if self.target is not None and self.target.pid is not None and self.target.exitcode is None:
-            os.kill(self.target.pid, signum)
+            if not repeat:
+                os.kill(self.target.pid, signum)
         else:
             StopSignals.raise_for(signum)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -45,6 +46,17 @@ def wandb_id(run_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "-", run_name)[:64]
 
 
+def format_return(value: float | None, target: float | None = None) -> str:
+    """A mean return with decimals enough for the scale of the target (else of the value itself):
+    three below its order of magnitude, at least one. MiniGrid's 0.8895 against 0.9 reads 0.890, not
+    0.9 (which looks solved); CartPole's 480.5 against 475 stays 480.5."""
+    if value is None:
+        return "n/a"
+    scale = abs(target) if target else abs(value)
+    decimals = 1 if scale == 0 or not math.isfinite(scale) else min(max(1, 3 - math.ceil(math.log10(scale))), 6)
+    return f"{value:.{decimals}f}"
+
+
 class RunLogger:
     """Writes runs/<run>/ : TensorBoard events (CleanRL's tag names) and config.toml, the resolved config."""
 
@@ -59,9 +71,11 @@ class RunLogger:
             import wandb
 
             # Before the SummaryWriter: sync_tensorboard patches it to copy every event to W&B (CleanRL's way).
+            # W&B's folder goes beside the logdir (./wandb beside ./runs, W&B's own default): inside the
+            # watched event folder its sync copied the copies again, 41 points a step.
             self.wandb = wandb.init(project=cfg.wandb_project_name, entity=cfg.wandb_entity or None, name=cfg.run_name,
                                     id=wandb_id(cfg.run_name), resume="allow", config=hparam_values(cfg),
-                                    sync_tensorboard=True, dir=str(self.run_dir), save_code=False)
+                                    sync_tensorboard=True, dir=str(Path(cfg.logdir).resolve().parent), save_code=False)
         self.writer = SummaryWriter(str(self.run_dir), purge_step=purge_step)
         rows = "\n".join(f"|{f.name}|{getattr(cfg, f.name)}|" for f in dataclasses.fields(cfg))
         self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
@@ -104,6 +118,11 @@ class RunLogger:
         for summary in (experiment, start, end):
             self.writer._get_file_writer().add_summary(summary, step)
         self.scalars(values, step)
+
+    def progress(self, iteration: int, step: int, sps: float, mean: float | None, episodes: int, seconds: float) -> None:
+        """The console's line for one iteration; `mean` is the return of the last `episodes` episodes."""
+        self.print(f"iter {iteration:4d} | step {step:>10,} | {sps:>9,.0f} steps/s | "
+                   f"return {format_return(mean, self.cfg.target_return):>7} (last {episodes}) | {seconds:6.1f}s")
 
     def print(self, line: str) -> None:
         print(line, file=self.out, flush=True)

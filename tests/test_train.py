@@ -258,6 +258,36 @@ def test_a_signal_ends_every_process_and_flushes_the_logs(train, sig, code):
     assert (train.logdir / "sig" / "checkpoints" / f"iter_{len(logged):06d}" / "trainer.pt").is_file()
 
 
+def survivors_after(train, seconds: float) -> list[int]:
+    """The run's processes still alive once they have had `seconds` to end."""
+    deadline = time.monotonic() + seconds
+    while train.survivors() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return train.survivors()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_the_whole_process_group_stops_the_run_without_healing(train, sig, code):
+    # As timeout(1), scancel, Kubernetes and systemd stop a job: every process of its group gets the signal.
+    cmd = [sys.executable, str(ROOT / "train.py"), "--logdir", str(train.logdir), "--total-steps", "100000000",
+           "--target-return", "1e9", "--run-name", "group"]
+    proc = subprocess.Popen(cmd, env=train.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        read_until(proc, "iter    5 ")
+        os.killpg(proc.pid, sig)
+        out, err = proc.communicate(timeout=60)
+        assert not survivors_after(train, 10.0)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err[-2000:]
+    assert "healing" not in out and "restart" not in err and "Traceback" not in err
+    logged = len(read_scalars(train.logdir / "group")["charts/SPS"])
+    ckpt = train.logdir / "group" / "checkpoints" / f"iter_{logged:06d}"
+    assert (ckpt / "trainer.pt").is_file()
+    assert f"checkpoint {ckpt}; go on with: python train.py --resume {train.logdir / 'group'}" in out
+
+
 def test_an_actor_killed_mid_run_is_dropped_and_the_run_finishes(train):
     proc = train.start("--actors", "3", "--total-steps", "120000", "--target-return", "1e9", "--run-name", "kill",
                        "--max-restarts", "0")

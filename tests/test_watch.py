@@ -141,24 +141,47 @@ def wandb_records(path: str) -> list:
     return out
 
 
+def wandb_history(run_file: str) -> list[dict]:
+    """Every history row (one W&B log call) of an offline run file."""
+    return [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in rec.history.item}
+            for rec in wandb_records(run_file) if rec.WhichOneof("record_type") == "history"]
+
+
 def test_track_logs_the_tensorboard_scalars_to_wandb_offline(train):
     pytest.importorskip("wandb")
     train.extra_env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     r = train("--agents", "2", "--total-steps", "6000", "--track", "--run-name", "tracked")
     assert r.returncode == 0, r.stderr[-2000:]
-    files = glob.glob(str(train.logdir / "tracked" / "wandb" / "offline-run-*" / "run-*.wandb"))
+    # W&B's own folder beside the logdir, as W&B's default ./wandb beside the default ./runs.
+    files = glob.glob(str(train.logdir.parent / "wandb" / "offline-run-*" / "run-*.wandb"))
     assert len(files) == 1
     records = wandb_records(files[0])
     run = next(rec.run for rec in records if rec.WhichOneof("record_type") == "run")
     assert run.display_name == "tracked" and run.project == "marl"
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
     assert config["learning_rate"] == pytest.approx(5e-3) and config["agents"] == 2
-    history = [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in rec.history.item}
-               for rec in records if rec.WhichOneof("record_type") == "history"]
+    history = wandb_history(files[0])
     returns = [(h["global_step"], h["charts/episodic_return"]) for h in history if "charts/episodic_return" in h]
     logged = read_scalars(train.logdir / "tracked")["charts/episodic_return"]
     assert [s for s, _ in returns] == [s for s, _ in logged]  # every TensorBoard point, at its agent-step
     assert [v for _, v in returns] == pytest.approx([v for _, v in logged])
+
+
+def test_track_with_the_default_logdir_logs_each_point_once(train, tmp_path):
+    # As a user runs it: `runs` relative to the working directory. W&B's folder inside the run's
+    # event folder had its sync copy the event files into itself, again and again (41 points a step).
+    pytest.importorskip("wandb")
+    env = {**train.env(), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    r = subprocess.run([sys.executable, str(ROOT / "train.py"), "--agents", "2", "--total-steps", "12000", "--track",
+                        "--target-return", "1e9", "--run-name", "wb2"], env={**env, "PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not list((tmp_path / "runs").rglob("wandb"))  # TensorBoard's `--logdir runs` sees no copies
+    files = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
+    assert len(files) == 1
+    steps = [h["global_step"] for h in wandb_history(files[0]) if "charts/episodic_return" in h]
+    logged = [s for s, _ in read_scalars(tmp_path / "runs" / "wb2")["charts/episodic_return"]]
+    assert len(logged) >= 3 and steps == logged  # each point once, at its step
 
 
 def test_track_without_wandb_names_the_extra(train, tmp_path):
