@@ -23,6 +23,7 @@ def train(cfg: Config | None = None, **overrides) -> TrainResult:
     """Run `cfg` (with `overrides`, field names as keywords) as `python train.py` would, and return
     how it ended. Raises UsageError with train.py's one-line message for input it refuses, and
     RunFailed if the run stops without finishing. Can be called again in the same process."""
+    called_at = time.time()  # the start-up line counts from here: the process may be far older
     base = cfg if cfg is not None else Config()
     unknown = set(overrides) - {f.name for f in dataclasses.fields(Config)}
     if unknown:
@@ -35,7 +36,7 @@ def train(cfg: Config | None = None, **overrides) -> TrainResult:
     cfg, info = prepare({**values, **overrides})
     from marl.launch import launch
 
-    code = launch(cfg, info)
+    code = launch(cfg, info, called_at=called_at)
     if code != 0:
         raise RunFailed(f"the run in {cfg.run_dir} stopped with exit code {code} (its output says why)")
     return result.load(cfg.run_dir)
