@@ -87,7 +87,7 @@ class Config:
     # --- network
     encoder: str = _f("auto", "observation encoder of the built-in network: `auto` (an MLP over vectors and one-hot discrete values, a CNN for each image-shaped Box: the Nature-DQN CNN from 36x36 up, a small conv stack below), `mlp` (flatten everything), `cnn`", choices=("auto", "mlp", "cnn"))
     hidden_sizes: tuple = _f((64, 64), "hidden layer widths of the actor and critic MLPs (after the encoder), e.g. 64,64")
-    action_squash: str = _f("clip", "Box actions: `clip` (a Gaussian whose samples the env adapter clips to the bounds) or `tanh` (a tanh-squashed Gaussian scaled to the bounds, with the log-determinant in its log-probabilities, log-std bounded to [-5, 2])", choices=("clip", "tanh"))
+    action_dist: str = _f("auto", "the policy's action distribution: `auto` (the space's own: categorical for Discrete, multicategorical for MultiDiscrete, bernoulli for MultiBinary, gaussian for Box), or for Box actions `gaussian` (samples clipped to the bounds by the env adapter), `tanh_gaussian` (squashed into the bounds, log-determinant in its log-probabilities, log-std bounded to [-5, 2]; was --action-squash tanh) or `beta` (Chou et al. 2017, scaled to the bounds)")
     core: str = _f("none", "recurrent core of the built-in network, between the encoder and the MLPs: `none`, `gru` or `lstm` (memory, for partially observed tasks; the actor and the critic get one each)", choices=("none", "gru", "lstm"))
     core_size: int = _f(64, "units of the recurrent core (--core gru|lstm)")
     seq_len: int = _f(0, "steps per training sequence of a recurrent network, each replayed from the state its actor recorded at its start; 0 = the whole rollout")
