@@ -73,6 +73,12 @@ class Distribution:
         """Params of the random baseline [batch, num_params]: uniform choices, fair bits, a standard normal."""
         return torch.zeros(batch, cls.num_params(spec))
 
+    @classmethod
+    def example(cls, spec: ActionSpec, lead: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        """Random legal actions [*lead, *shape] as stored (tests and benches): indices below nvec, or bits."""
+        high = spec.nvec if spec.nvec else (2,) * spec.num_outputs
+        return torch.stack([torch.randint(0, k, lead, generator=generator) for k in high], -1).reshape(*lead, *spec.shape)
+
     def to_env(self, action: torch.Tensor) -> torch.Tensor:
         return action
 

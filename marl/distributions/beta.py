@@ -70,6 +70,10 @@ class Beta(Distribution):
         # softplus(-inf) + 1 = 1: Beta(1, 1) is the uniform distribution over the bounds.
         return torch.full((batch, cls.num_params(spec)), -torch.inf)
 
+    @classmethod
+    def example(cls, spec: ActionSpec, lead: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        return torch.rand((*lead, *spec.shape), generator=generator).clamp(EPS, 1 - EPS)
+
     def sample(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         x = standard_gamma(self.alpha, generator)
         x = (x / (x + standard_gamma(self.beta, generator))).clamp(EPS, 1 - EPS)

@@ -35,6 +35,10 @@ class Gaussian(Distribution):
     def from_params(cls, spec: ActionSpec, params: torch.Tensor, mask: torch.Tensor | None = None) -> "Gaussian":
         return cls(params)
 
+    @classmethod
+    def example(cls, spec: ActionSpec, lead: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        return torch.randn((*lead, *spec.shape), generator=generator)
+
     def sample(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         action = self.mean + self.log_std.exp() * torch.randn(self.mean.shape, generator=generator, dtype=self.mean.dtype)
         return action, self.log_prob(action)
