@@ -46,7 +46,7 @@ CASES = {
     "simple_spread": ("configs/simple_spread.toml", [], {"MAPPO": [], "rMAPPO": ["--core", "gru"]}),
     # Box(0, 1, (5,)) actions: a Gaussian clipped to the bounds, or squashed into them by tanh.
     "simple_spread_continuous": ("configs/simple_spread.toml", CONTINUOUS,
-                                 {"MAPPO": [], "MAPPO tanh": ["--action-squash", "tanh"]}),
+                                 {"MAPPO": [], "MAPPO tanh": ["--action-dist", "tanh_gaussian"]}),
     "speaker_listener": ("configs/speaker_listener.toml", [], {"MAPPO per-agent": []}),
     "cartpole_per_agent": ("configs/cartpole.toml", [], {"PPO per-agent": ["--agents", "4", "--policies", "per-agent"]}),
 }

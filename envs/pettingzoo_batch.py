@@ -93,8 +93,7 @@ class PettingZooBatch:
             j, g, k = self._slot[a]
             spec = self._gspec[g]
             for leaf in spec.obs:
-                # lead (1,), not (): leaf_array cannot reshape a scalar observation (a Discrete one, rps_v2's) to ()
-                obs[g][leaf.name][c, k] = leaf_array(leaf, o, (1,))[0]
+                obs[g][leaf.name][c, k] = leaf_array(leaf, o, ())
             if spec.mask:
                 masks[g][c, k] = mask_array(spec, o, infos.get(a), ())
             real[c, j] = True

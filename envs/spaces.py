@@ -5,7 +5,9 @@ by its `path` (keys of nested `Dict`s, indices of `Tuple`s), stored in its own d
 images stay `uint8` until the model converts them). An action space becomes an `ActionSpec`,
 which `marl.distributions` turns into a distribution. Both are frozen dataclasses of plain
 values, so that they cross RPC, land in checkpoints and `policy.pt`, and compare with `==`.
-This module is the only one that looks inside a Gymnasium space.
+This module and `envs.leaves` (the observation leaf kinds) are the only ones that look inside a
+Gymnasium space; an action space's family (`ActionSpec.space`: Discrete, MultiDiscrete,
+MultiBinary, Box) owns its shapes, masks and what the env is sent.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
+from envs.leaves import Leaf, image_layout, kind_for  # noqa: F401 - Leaf and image_layout are imported from here
+
 MASK_KEY = "action_mask"  # PettingZoo's convention: a Dict observation's key, or an info key
 
 
@@ -22,71 +26,13 @@ class SpaceError(ValueError):
     """A space no encoder or head supports; the message is one line naming what is supported."""
 
 
-def image_layout(shape: tuple[int, ...]) -> tuple[bool, tuple[int, int, int]]:
-    """(channels_last, (C, H, W)) of an image-shaped box: two equal axes are the spatial ones
-    (84x84x4, 4x84x84, chess's 8x8x111); else HWC when the last axis is the smallest (MiniGrid's
-    7x7x3 also has equal sides), CHW otherwise; an H x W image has one channel."""
-    if len(shape) == 2:
-        return False, (1, *shape)
-    if shape[0] == shape[1] != shape[2]:
-        return True, (shape[2], shape[0], shape[1])
-    if shape[1] == shape[2] != shape[0]:
-        return False, tuple(shape)
-    if shape[-1] < shape[0]:
-        return True, (shape[2], shape[0], shape[1])
-    return False, tuple(shape)
-
-
-@dataclass(frozen=True)
-class Leaf:
-    """One tensor of an observation, per agent-step.
-
-    kind: "box" (any shape; image-shaped ones go through a CNN), "discrete" (an index, one-hot
-    in the model), "multidiscrete" (indices, one one-hot each), "multibinary" (0/1 values).
-    """
-
-    name: str  # "obs" for a plain space, else the keys joined by "."
-    path: tuple  # keys / indices into the env's observation (() for a plain space); None: filled by marl
-    kind: str
-    shape: tuple[int, ...]
-    dtype: str  # the torch dtype it is stored in: "float32", "uint8" or "int64"
-    nvec: tuple[int, ...] = ()  # discrete: (n,); multidiscrete: the flat nvec
-    start: tuple[int, ...] = ()  # discrete / multidiscrete: subtracted so that indices start at 0
-
-    @property
-    def is_image(self) -> bool:
-        """An H x W x C or C x H x W box (or H x W of uint8): what `--encoder auto` gives a CNN."""
-        if self.kind != "box":
-            return False
-        if len(self.shape) == 3:
-            return min(image_layout(self.shape)[1][1:]) >= 4
-        return len(self.shape) == 2 and self.dtype == "uint8" and min(self.shape) >= 4
-
-    @property
-    def size(self) -> int:
-        """Its width once flat: one-hots for discrete leaves."""
-        if self.kind in ("discrete", "multidiscrete"):
-            return int(sum(self.nvec))
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def stored_width(self) -> int:
-        """Its width once flat as stored (an index is one number): its share of a fallback global state."""
-        return max(int(np.prod(self.shape, dtype=np.int64)), 1)
-
-    def describe(self) -> str:
-        if self.kind in ("discrete", "multidiscrete"):
-            return f"{self.name}: {self.kind}{list(self.nvec)}"
-        return f"{self.name}: {self.kind}{list(self.shape)} {self.dtype}"
-
-
 @dataclass(frozen=True)
 class ActionSpec:
     """An action space as the policy's head and distribution see it.
 
-    kind: "categorical" (Discrete), "multicategorical" (MultiDiscrete: independent categoricals),
-    "bernoulli" (MultiBinary), "gaussian" (Box), "tanh_gaussian" (Box with `--action-squash tanh`,
-    made from a "gaussian" one by `marl.policies` for the policy; the env's own stays "gaussian"). `shape` is the action tensor per agent-step
+    kind: the name of its distribution in `marl.distributions` (the env's own spec holds its
+    space's default: "categorical", "multicategorical", "bernoulli" or "gaussian"; `marl.policies`
+    swaps in `--action-dist`'s choice for the policy). `shape` is the action tensor per agent-step
     (flat); `env_shape` the env's own; `nvec` the choices per categorical; `low`/`high` a Box's
     bounds, which the env adapters clip to (the Gaussian is unbounded).
     """
@@ -100,9 +46,17 @@ class ActionSpec:
     high: tuple[float, ...] = ()
 
     @property
+    def space(self) -> type[ActionSpace]:
+        """Its family, read from what it holds: a Box has bounds, Discrete one index, MultiDiscrete several, MultiBinary neither."""
+        if self.low:
+            return BoxActions
+        if self.nvec:
+            return MultiDiscreteActions if self.shape else DiscreteActions
+        return MultiBinaryActions
+
+    @property
     def continuous(self) -> bool:
-        """A Box action: a Gaussian, clipped by the env adapter, or tanh-squashed into the bounds."""
-        return self.kind in ("gaussian", "tanh_gaussian")
+        return self.space.continuous
 
     @property
     def dtype(self) -> str:
@@ -110,19 +64,107 @@ class ActionSpec:
 
     @property
     def num_outputs(self) -> int:
-        """What the network's head produces: logits, or the Gaussian's means (its log-std is a parameter of its own)."""
+        """Choices (logits) of a categorical, bits, or a Box's dimensions: the head's size per parameter."""
         return int(sum(self.nvec)) if self.nvec else int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def mask_size(self) -> int:
         """Entries of an action mask: one per choice of every categorical (0: this kind takes no mask)."""
-        return int(sum(self.nvec)) if self.kind in ("categorical", "multicategorical") else 0
+        return int(sum(self.nvec))
 
     def describe(self) -> str:
-        names = {"categorical": "Discrete", "multicategorical": "MultiDiscrete", "bernoulli": "MultiBinary", "gaussian": "Box",
-                 "tanh_gaussian": "Box"}
-        what = list(self.nvec) if self.kind in ("categorical", "multicategorical") else list(self.env_shape)
-        return f"{names[self.kind]}{what}"
+        return f"{self.space.name}{list(self.nvec) if self.nvec else list(self.env_shape)}"
+
+
+class ActionSpace:
+    """One family of Gymnasium action space; stateless, every method takes the spec."""
+
+    name: str  # the Gymnasium class's name
+    default: str  # the distribution `--action-dist auto` gives it
+    continuous = False
+
+    @classmethod
+    def spec(cls, space: gym.Space) -> ActionSpec:
+        raise NotImplementedError
+
+    @classmethod
+    def to_env(cls, spec: ActionSpec, x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
+        """Policy actions [*lead, *shape] -> the env's own shape and dtype, index offsets added back."""
+        x = x.astype(np.int64, copy=False)
+        if any(spec.start):
+            x = x + np.asarray(spec.start).reshape(spec.shape)
+        return x.reshape((*lead, *spec.env_shape))
+
+    @classmethod
+    def model_space(cls, spec: ActionSpec) -> gym.Space:
+        """The space a user's `--model` is shown."""
+        raise NotImplementedError
+
+
+class DiscreteActions(ActionSpace):
+    name, default = "Discrete", "categorical"
+
+    @classmethod
+    def spec(cls, space: gym.spaces.Discrete) -> ActionSpec:
+        return ActionSpec(cls.default, (), (), (int(space.n),), (int(space.start),))
+
+    @classmethod
+    def model_space(cls, spec: ActionSpec) -> gym.Space:
+        return gym.spaces.Discrete(spec.nvec[0])
+
+
+class MultiDiscreteActions(ActionSpace):
+    name, default = "MultiDiscrete", "multicategorical"
+
+    @classmethod
+    def spec(cls, space: gym.spaces.MultiDiscrete) -> ActionSpec:
+        nvec = tuple(int(n) for n in np.asarray(space.nvec).reshape(-1))
+        start = tuple(int(s) for s in np.asarray(space.start).reshape(-1))
+        return ActionSpec(cls.default, (len(nvec),), tuple(space.shape), nvec, start)
+
+    @classmethod
+    def model_space(cls, spec: ActionSpec) -> gym.Space:
+        return gym.spaces.MultiDiscrete(list(spec.nvec))
+
+
+class MultiBinaryActions(ActionSpace):
+    name, default = "MultiBinary", "bernoulli"
+
+    @classmethod
+    def spec(cls, space: gym.spaces.MultiBinary) -> ActionSpec:
+        return ActionSpec(cls.default, (int(np.prod(space.shape)),), tuple(int(d) for d in np.atleast_1d(space.shape)))
+
+    @classmethod
+    def to_env(cls, spec: ActionSpec, x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
+        return x.reshape((*lead, *spec.env_shape)).astype(np.int8, copy=False)
+
+    @classmethod
+    def model_space(cls, spec: ActionSpec) -> gym.Space:
+        return gym.spaces.MultiBinary(list(spec.env_shape))
+
+
+class BoxActions(ActionSpace):
+    name, default, continuous = "Box", "gaussian", True
+
+    @classmethod
+    def spec(cls, space: gym.spaces.Box) -> ActionSpec:
+        return ActionSpec(cls.default, (int(np.prod(space.shape)),), tuple(space.shape),
+                          low=tuple(float(x) for x in space.low.reshape(-1)), high=tuple(float(x) for x in space.high.reshape(-1)))
+
+    @classmethod
+    def to_env(cls, spec: ActionSpec, x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
+        # Clipped: a Gaussian is unbounded; a squashed or Beta action is inside the bounds already.
+        x = np.clip(x.reshape(*lead, -1), np.asarray(spec.low, np.float32), np.asarray(spec.high, np.float32))
+        return x.reshape((*lead, *spec.env_shape)).astype(np.float32, copy=False)
+
+    @classmethod
+    def model_space(cls, spec: ActionSpec) -> gym.Space:
+        return gym.spaces.Box(np.asarray(spec.low, np.float32).reshape(spec.env_shape),
+                              np.asarray(spec.high, np.float32).reshape(spec.env_shape))
+
+
+ACTION_SPACES = {gym.spaces.Discrete: DiscreteActions, gym.spaces.MultiDiscrete: MultiDiscreteActions,
+                 gym.spaces.MultiBinary: MultiBinaryActions, gym.spaces.Box: BoxActions}
 
 
 @dataclass(frozen=True)
@@ -159,17 +201,9 @@ def _leaves(space: gym.Space, path: tuple, name: str, dropped: list[str], where:
             out += _leaves(sub, (*path, i), f"{name}.{i}" if name else str(i), dropped, where)
         return out
     name = name or "obs"
-    if isinstance(space, gym.spaces.Box):
-        dtype = "uint8" if space.dtype == np.uint8 else "float32"
-        return [Leaf(name, path, "box", tuple(int(d) for d in space.shape), dtype)]
-    if isinstance(space, gym.spaces.Discrete):
-        return [Leaf(name, path, "discrete", (), "int64", (int(space.n),), (int(space.start),))]
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        nvec = tuple(int(n) for n in np.asarray(space.nvec).reshape(-1))
-        start = tuple(int(s) for s in np.asarray(space.start).reshape(-1))
-        return [Leaf(name, path, "multidiscrete", (len(nvec),), "int64", nvec, start)]
-    if isinstance(space, gym.spaces.MultiBinary):
-        return [Leaf(name, path, "multibinary", (int(np.prod(space.shape)),), "uint8")]
+    kind = kind_for(space)
+    if kind is not None:
+        return [kind.leaf(space, path, name)]
     if path:  # inside a Dict or Tuple: a key a network cannot read (MiniGrid's text `mission`)
         dropped.append(name)
         return []
@@ -195,20 +229,11 @@ def observation_leaves(where: str, space: gym.Space, keys: tuple[str, ...] = ())
 
 
 def action_spec(where: str, space: gym.Space) -> ActionSpec:
-    if isinstance(space, gym.spaces.Discrete):
-        return ActionSpec("categorical", (), (), (int(space.n),), (int(space.start),))
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        nvec = tuple(int(n) for n in np.asarray(space.nvec).reshape(-1))
-        start = tuple(int(s) for s in np.asarray(space.start).reshape(-1))
-        return ActionSpec("multicategorical", (len(nvec),), tuple(space.shape), nvec, start)
-    if isinstance(space, gym.spaces.MultiBinary):
-        return ActionSpec("bernoulli", (int(np.prod(space.shape)),), tuple(int(d) for d in np.atleast_1d(space.shape)))
-    if isinstance(space, gym.spaces.Box):
-        n = int(np.prod(space.shape))
-        return ActionSpec("gaussian", (n,), tuple(space.shape), low=tuple(float(x) for x in space.low.reshape(-1)),
-                          high=tuple(float(x) for x in space.high.reshape(-1)))
-    raise SpaceError(f"{where}: action space {space} is not supported; a policy acts in one of Discrete, MultiDiscrete, "
-                     f"MultiBinary or Box (Dict and Tuple action spaces are not)")
+    family = next((f for t, f in ACTION_SPACES.items() if isinstance(space, t)), None)
+    if family is None:
+        raise SpaceError(f"{where}: action space {space} is not supported; a policy acts in one of Discrete, MultiDiscrete, "
+                         f"MultiBinary or Box (Dict and Tuple action spaces are not)")
+    return family.spec(space)
 
 
 def agent_spec(where: str, obs_space: gym.Space, act_space: gym.Space, obs_keys: tuple[str, ...] = (),
@@ -241,13 +266,7 @@ def _get(obs, path: tuple):
 def leaf_array(leaf: Leaf, obs, lead: tuple[int, ...]) -> np.ndarray:
     """The leaf's values from an observation with leading axes `lead` (a vector env's stacked one,
     or one agent's with lead ()), in the leaf's storage dtype and shape."""
-    x = np.asarray(_get(obs, leaf.path))
-    if leaf.kind == "box":
-        return x.reshape(*lead, *leaf.shape).astype(np.uint8 if leaf.dtype == "uint8" else np.float32, copy=False)
-    if leaf.kind == "multibinary":
-        return x.reshape(*lead, *leaf.shape).astype(np.uint8, copy=False)
-    x = x.reshape(*lead, *leaf.shape).astype(np.int64, copy=False)
-    return x - np.asarray(leaf.start if leaf.kind == "multidiscrete" else leaf.start[0]) if any(leaf.start) else x
+    return leaf.kind_class.read(leaf, np.asarray(_get(obs, leaf.path)), lead)
 
 
 def mask_array(spec: AgentSpec, obs, info, lead: tuple[int, ...]) -> np.ndarray | None:
@@ -271,14 +290,5 @@ def zeros(leaf: Leaf, lead: tuple[int, ...]) -> np.ndarray:
 
 def env_action(action: ActionSpec, x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
     """Policy actions [*lead, *shape] -> what the env takes: its own shape and dtype, Box actions
-    clipped to the bounds (the policy's Gaussian is unbounded; a tanh-squashed one is inside them
-    already: `marl.distributions.TanhGaussian.env_action`), index offsets added back."""
-    if action.kind == "gaussian":
-        x = np.clip(x.reshape(*lead, -1), np.asarray(action.low, np.float32), np.asarray(action.high, np.float32))
-        return x.reshape(*lead, *action.env_shape).astype(np.float32, copy=False)
-    if action.kind == "bernoulli":
-        return x.reshape(*lead, *action.env_shape).astype(np.int8, copy=False)
-    x = x.astype(np.int64, copy=False)
-    if any(action.start):
-        x = x + np.asarray(action.start if action.kind == "multicategorical" else action.start[0])
-    return x.reshape(*lead, *action.env_shape)
+    clipped to the bounds, index offsets added back (`ActionSpace.to_env` of the spec's family)."""
+    return action.space.to_env(action, x, lead)

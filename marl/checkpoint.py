@@ -173,7 +173,7 @@ def check_compatible(checkpoint: Path, cfg: Config, info) -> None:
     if diff is not None:
         raise CheckpointError(f"--resume {checkpoint}: the checkpoint's network differs ({diff}); resume with the same "
                          f"--agents, --model, --encoder, --hidden-sizes, --core, --obs-keys, --policies, --agent-id-input, --critic, "
-                         f"--action-squash, --norm-obs and --clip-obs, "
+                         f"--action-dist, --norm-obs and --clip-obs, "
                          f"or start a new run")
 
 

@@ -234,11 +234,6 @@ class NormSection(Section):
         self._within(("clip_obs", self.clip_obs > 0, "greater than 0"), ("clip_reward", self.clip_reward > 0, "greater than 0"))
 
 
-# The action distributions' names, for --help; the distribution registry (marl.distributions)
-# decides which exist and which fits an action space, once the env is known.
-ACTION_DISTS = ("auto", "gaussian", "tanh_gaussian", "beta")
-
-
 @dataclass
 class ModelSection(Section):
     key: typing.ClassVar[str] = "model"
@@ -246,7 +241,7 @@ class ModelSection(Section):
 
     encoder: str = _f("auto", "observation encoder of the built-in network: `auto` (an MLP over vectors and one-hot discrete values, a CNN for each image-shaped Box: the Nature-DQN CNN from 36x36 up, a small conv stack below), `mlp` (flatten everything), `cnn`", choices=("auto", "mlp", "cnn"))
     hidden_sizes: tuple = _f((64, 64), "hidden layer widths of the actor and critic MLPs (after the encoder), e.g. 64,64")
-    action_dist: str = _f("auto", "the action distribution: `auto` (the action space's own: categorical for Discrete, a Gaussian whose samples the env adapter clips to the bounds for Box), " + ", ".join(f"`{d}`" for d in ACTION_DISTS[1:]) + " (`tanh_gaussian`: a tanh-squashed Gaussian scaled to a Box's finite bounds, with the log-determinant in its log-probabilities, log-std bounded to [-5, 2])")
+    action_dist: str = _f("auto", "the policy's action distribution: `auto` (the space's own: categorical for Discrete, multicategorical for MultiDiscrete, bernoulli for MultiBinary, gaussian for Box), or for Box actions `gaussian` (samples clipped to the bounds by the env adapter), `tanh_gaussian` (squashed into the bounds, log-determinant in its log-probabilities, log-std bounded to [-5, 2]; was --action-squash tanh) or `beta` (Chou et al. 2017, scaled to the bounds)")
     core: str = _f("none", "recurrent core of the built-in network, between the encoder and the MLPs: `none`, `gru` or `lstm` (memory, for partially observed tasks; the actor and the critic get one each)", choices=("none", "gru", "lstm"))
     core_size: int = _f(64, "units of the recurrent core (--core gru|lstm)")
     seq_len: int = _f(0, "steps per training sequence of a recurrent network, each replayed from the state its actor recorded at its start; 0 = the whole rollout")
@@ -264,11 +259,6 @@ class ModelSection(Section):
                              f"state_size (README, \"Your own network\"); drop --core or --model")
         if not self.hidden_sizes or min(self.hidden_sizes) < 1:
             raise UsageError(f"--hidden-sizes must be positive widths like 64,64, got {self.hidden_sizes}")
-
-    @property
-    def action_squash(self) -> str:
-        """The policy specs' reading of --action-dist until they ask the distribution registry."""
-        return "tanh" if self.action_dist == "tanh_gaussian" else "clip"
 
 
 @dataclass

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import math
 from dataclasses import dataclass
 
 import torch
 
 from envs import EnvInfo
 from envs.spaces import ActionSpec, Leaf
+from marl import distributions
 
 
 class PolicyError(ValueError):
@@ -88,9 +88,11 @@ def _name(name: str, what: str) -> str:
 
 
 def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str,
-                 action_squash: str = "clip") -> tuple[PolicySpec, ...]:
+                 action_dist: str = "auto") -> tuple[PolicySpec, ...]:
     """The networks of a run; PolicyError if a policy's agents do not share their spaces, or if
-    `action_squash` "tanh" meets a Box without finite bounds to squash into."""
+    `action_dist` (a registered distribution, or "auto": the space's default) cannot act in a policy's actions."""
+    if action_dist != "auto" and action_dist not in distributions.REGISTRY:
+        raise PolicyError(f"--action-dist must be auto or one of {', '.join(distributions.REGISTRY)}, got {action_dist!r}")
     specs = []
     for name, agents in assign(info.agent_ids, policies):
         first = info.specs[agents[0]]
@@ -104,12 +106,11 @@ def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str,
         if agent_id_input and len(agents) > 1:
             obs = (*obs, Leaf("agent_id", None, "discrete", (), "int64", (len(agents),), (0,)))
         action = first.action
-        if action_squash == "tanh" and action.kind == "gaussian":
-            if not all(math.isfinite(x) for x in (*action.low, *action.high)):
-                raise PolicyError(f"--action-squash tanh: policy {name!r} acts in {action.describe()} with unbounded "
-                                  f"dimensions (low {list(action.low)}, high {list(action.high)}); tanh squashes into "
-                                  f"finite bounds only: use --action-squash clip")
-            action = dataclasses.replace(action, kind="tanh_gaussian")
+        if action_dist != "auto":
+            why = distributions.lookup(action_dist).refuses(action)
+            if why:
+                raise PolicyError(f"--action-dist {action_dist}: policy {name!r} acts in {action.describe()}, and {why}")
+            action = dataclasses.replace(action, kind=action_dist)
         specs.append(PolicySpec(name, tuple(agents), obs, action, first.mask, critic == "central",
                                 info.state_dim if critic == "central" else 0))
     return tuple(specs)
@@ -117,7 +118,7 @@ def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str,
 
 def specs_of(cfg, info: EnvInfo) -> tuple[PolicySpec, ...]:
     """The networks of the run that `cfg` configures."""
-    return policy_specs(info, cfg.policies, cfg.agent_id_input, cfg.critic, cfg.action_squash)
+    return policy_specs(info, cfg.policies, cfg.agent_id_input, cfg.critic, cfg.action_dist)
 
 
 def sides(specs: tuple[PolicySpec, ...], agent_ids: tuple[str, ...]) -> list[tuple[str, tuple[int, ...]]]:

@@ -8,11 +8,11 @@ dict of tensors, one per leaf: a nested tensor dict, walked by the helpers below
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
 
+from marl import distributions
 from marl.policies import PolicySpec
 
 Field = tuple[tuple[int, ...], torch.dtype]
@@ -120,17 +120,15 @@ def example_trajectory(spec: PolicySpec, T: int, E: int, generator: torch.Genera
         length = time_length(name, T, seq_len)
         lead = (E, n) if length is None else (length, E, n)
         leaf = kinds.get(name)
-        if leaf is not None and leaf.kind in ("discrete", "multidiscrete"):
-            x = torch.stack([torch.randint(0, k, lead, generator=generator) for k in leaf.nvec], -1).reshape(*lead, *shape)
-        elif name == "actions" and not spec.action.continuous:
-            high = spec.action.nvec if spec.action.nvec else (2,) * math.prod(shape)
-            x = torch.stack([torch.randint(0, k, lead, generator=generator) for k in high], -1).reshape(*lead, *shape)
+        if leaf is not None:
+            x = leaf.kind_class.example(leaf, lead, generator)
+        elif name == "actions":
+            x = distributions.lookup(spec.action.kind).example(spec.action, lead, generator)
         elif dtype == torch.bool:
             x = torch.ones((*lead, *shape), dtype=torch.bool) if name in ("valid", "action_mask") else \
                 torch.rand((*lead, *shape), generator=generator) < (0.05 if name == "terminated" else 0.0)
         elif dtype == torch.uint8:
-            x = torch.randint(0, 256 if leaf is None or leaf.kind == "box" else 2, (*lead, *shape), generator=generator,
-                              dtype=torch.uint8)
+            x = torch.randint(0, 256, (*lead, *shape), generator=generator, dtype=torch.uint8)
         elif name == "logprobs":
             x = -0.69 + 0.05 * torch.randn(lead, generator=generator)
         else:

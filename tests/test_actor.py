@@ -130,7 +130,7 @@ def test_a_stale_version_without_weights_is_a_bug_not_silence():
 
 
 def test_a_tanh_squashed_policy_sends_the_env_its_squashed_action_and_stores_u():
-    w = make_worker(env="Pendulum-v1", agents=2, num_steps=20, action_squash="tanh")
+    w = make_worker(env="Pendulum-v1", agents=2, num_steps=20, action_dist="tanh_gaussian")
     sent = []
     step = w.env.step
     w.env.step = lambda actions: (sent.append(actions[0].copy()), step(actions))[1]

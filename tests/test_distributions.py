@@ -17,6 +17,7 @@ MULTI = ActionSpec("multicategorical", (3,), (3,), (3, 4, 2), (0, 0, 0))
 BITS = ActionSpec("bernoulli", (4,), (4,))
 BOX = ActionSpec("gaussian", (2,), (2,), low=(-1.0, -1.0), high=(1.0, 1.0))
 TANH = ActionSpec("tanh_gaussian", (3,), (3,), low=(-2.0, 0.0, -1.0), high=(2.0, 1.0, 3.0))
+BETA = ActionSpec("beta", (3,), (3,), low=(-2.0, 0.0, -1.0), high=(2.0, 1.0, 3.0))
 
 
 def random_mask(g: torch.Generator, batch: int, n: int) -> torch.Tensor:
@@ -114,10 +115,10 @@ def test_tanh_gaussian_is_the_density_of_the_env_action_as_torch_computes_it():
     mean, raw = torch.randn(256, 3, generator=g), torch.randn(256, 3, generator=g) * 0.5
     pi = distributions.make(TANH, torch.cat([mean, raw], -1))
     u, lp = pi.sample(g)
-    acted = distributions.env_action(pi, u)
+    acted = pi.to_env(u)
     low, high = torch.tensor(TANH.low), torch.tensor(TANH.high)
     assert bool(((acted >= low) & (acted <= high)).all())
-    std = pi.base.log_std.exp().double()
+    std = pi.log_std.exp().double()
     ref = td.TransformedDistribution(td.Normal(mean.double(), std),
                                      [td.TanhTransform(), td.AffineTransform((high + low).double() / 2,
                                                                              (high - low).double() / 2)])
@@ -128,22 +129,78 @@ def test_tanh_gaussian_is_the_density_of_the_env_action_as_torch_computes_it():
     torch.testing.assert_close(lp, pi.log_prob(u))  # what the learner recomputes from the stored u
     # Far in the tails the squash saturates; the log-probability stays finite (no log(0)).
     assert torch.isfinite(pi.log_prob(torch.full((256, 3), 30.0))).all()
-    torch.testing.assert_close(distributions.env_action(pi, pi.mode()), low + (torch.tanh(mean) + 1) * (high - low) / 2)
-    assert torch.equal(distributions.env_action(distributions.make(BOX, torch.zeros(2, 4)), u[:2, :2]), u[:2, :2])
+    torch.testing.assert_close(pi.to_env(pi.mode()), low + (torch.tanh(mean) + 1) * (high - low) / 2)
+    assert torch.equal(distributions.make(BOX, torch.zeros(2, 4)).to_env(u[:2, :2]), u[:2, :2])
 
 
 def test_tanh_gaussian_bounds_its_log_std_smoothly_and_starts_at_0():
     spec = ActionSpec("tanh_gaussian", (1,), (1,), low=(-1.0,), high=(1.0,))
     raw = torch.tensor([[0.0, -40.0], [0.0, 40.0], [0.0, 0.0]], requires_grad=True)
-    log_std = distributions.make(spec, raw).base.log_std.squeeze(-1)
+    log_std = distributions.make(spec, raw).log_std.squeeze(-1)
     torch.testing.assert_close(log_std.detach(), torch.tensor([*distributions.LOG_STD_BOUNDS, 0.0]))
     log_std[2].backward()
     assert raw.grad[2, 1] > 0  # inside the bounds its gradient flows
 
 
-@pytest.mark.parametrize("spec", [CAT, MULTI, BITS, BOX, TANH], ids=lambda s: s.kind)
-def test_uniform_params_give_the_random_baseline(spec):
-    params = distributions.uniform_params(spec, 3)
-    pi = distributions.make(spec, params)
-    a, _ = pi.sample(torch.Generator().manual_seed(0))
-    assert a.shape == (3, *spec.shape)
+def test_beta_is_torchs_beta_scaled_to_the_bounds():
+    """x ~ Beta(softplus(a) + 1, softplus(b) + 1) is stored; the env acts with low + x (high - low).
+    Its log-probability and entropy are the env action's: torch's Beta's less / plus log(high - low)."""
+    g = torch.Generator().manual_seed(8)
+    raw = torch.randn(20_000, 6, generator=g) * 2
+    pi = distributions.make(BETA, raw)
+    x, lp = pi.sample(g)
+    a, b = torch.nn.functional.softplus(raw[:, :3]) + 1, torch.nn.functional.softplus(raw[:, 3:]) + 1
+    ref = td.Independent(td.Beta(a, b), 1)
+    low, high = torch.tensor(BETA.low), torch.tensor(BETA.high)
+    log_range = torch.log(high - low).sum()
+    torch.testing.assert_close(lp, ref.log_prob(x) - log_range)
+    torch.testing.assert_close(pi.entropy(), ref.entropy() + log_range)
+    assert bool(((x > 0) & (x < 1)).all()) and torch.isfinite(pi.log_prob(torch.tensor([[0.0, 1.0, 0.5]]).clamp(1e-6, 1 - 1e-6))).all()
+    # Moments of the sampler (Marsaglia-Tsang gamma ratios) against the Beta's, per sample's own (a, b):
+    # the standardised residuals (x - mean) / std average 0 with variance 1.
+    mean, var = a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
+    z = (x - mean) / var.sqrt()
+    assert z.mean().abs() < 0.03 and (z.var() - 1).abs() < 0.05
+    acted = pi.to_env(x)
+    torch.testing.assert_close(acted, low + x * (high - low))
+    assert bool(((acted >= low) & (acted <= high)).all())
+    torch.testing.assert_close(pi.mode(), ((a - 1) / (a + b - 2)).clamp(1e-6, 1 - 1e-6))
+
+
+def test_a_generator_makes_beta_samples_repeat():
+    params = torch.randn(64, 6, generator=torch.Generator().manual_seed(0))
+    one, two = (distributions.make(BETA, params).sample(torch.Generator().manual_seed(3))[0] for _ in range(2))
+    assert torch.equal(one, two)
+
+
+def test_uniform_params_give_the_random_baseline():
+    """What `uniform_params` gives is the random player: uniform choices (uniform over the legal
+    ones under a mask), fair bits, a standard normal (clipped by the env adapter), tanh of one
+    scaled to the bounds, and Beta(1, 1): uniform over the bounds."""
+    n, g = 40_000, torch.Generator().manual_seed(0)
+    mask = torch.tensor([[True, False, True, True, False]]).expand(n, 5)
+    for spec, m, legal in [(CAT, None, (1,) * 5), (CAT, mask, (1, 0, 1, 1, 0)), (MULTI, None, (1,) * 9)]:
+        pi = distributions.make(spec, distributions.uniform_params(spec, n), m)
+        a, _ = pi.sample(g)
+        counts = torch.cat([torch.bincount(c, minlength=k).float() for c, k in zip(a.reshape(n, -1).T, spec.nvec)])
+        want = torch.cat([torch.tensor(legal[sum(spec.nvec[:i]):][:k], dtype=torch.float) for i, k in enumerate(spec.nvec)])
+        want = torch.cat([w / w.sum() for w in want.split(list(spec.nvec))])
+        torch.testing.assert_close(counts / n, want, atol=0.01, rtol=0)
+    bits, _ = distributions.make(BITS, distributions.uniform_params(BITS, n)).sample(g)
+    torch.testing.assert_close(bits.float().mean(0), torch.full((4,), 0.5), atol=0.01, rtol=0)
+
+    gauss = distributions.make(BOX, distributions.uniform_params(BOX, n))
+    z = gauss.to_env(gauss.sample(g)[0])
+    torch.testing.assert_close(torch.stack([z.mean(0), z.std(0)]), torch.tensor([[0.0, 0.0], [1.0, 1.0]]), atol=0.02, rtol=0)
+    low, high = torch.tensor(TANH.low), torch.tensor(TANH.high)
+    tanh = distributions.make(TANH, distributions.uniform_params(TANH, n))
+    u = tanh.sample(g)[0]
+    torch.testing.assert_close(u.std(0), torch.ones(3), atol=0.02, rtol=0)
+    torch.testing.assert_close(tanh.to_env(u), low + (torch.tanh(u) + 1) * (high - low) / 2)
+    beta = distributions.make(BETA, distributions.uniform_params(BETA, n))
+    acted = beta.to_env(beta.sample(g)[0])
+    # Uniform over [low, high]: every decile of every dimension holds a tenth of the actions.
+    deciles = ((acted - low) / (high - low) * 10).long().clamp(0, 9)
+    for d in range(3):
+        torch.testing.assert_close(torch.bincount(deciles[:, d], minlength=10).float() / n, torch.full((10,), 0.1),
+                                   atol=0.01, rtol=0)

@@ -174,7 +174,7 @@ def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
         pytest.importorskip("minigrid")
         cfg = dataclasses.replace(CFG, env="MiniGrid-Empty-5x5-v0")
     elif network == "normalised-tanh-central":
-        cfg = dataclasses.replace(CFG, env="Pendulum-v1", norm_obs=True, norm_reward=True, action_squash="tanh",
+        cfg = dataclasses.replace(CFG, env="Pendulum-v1", norm_obs=True, norm_reward=True, action_dist="tanh_gaussian",
                                   critic="central")
     elif network in ("appo", "impala"):  # V-trace targets from each rank's own forward over its slots
         cfg = dataclasses.replace(CFG, algo=network)

@@ -54,6 +54,29 @@ def test_discrete_leaves_are_one_hot():
     assert out.tolist() == [[0, 0, 1, 0, 0, 1, 0, 0, 1]]
 
 
+def test_every_leaf_kind_reads_encodes_and_shows_itself():
+    """envs.leaves: a leaf's kind string finds its class, which owns its stored dtype, width, features and views."""
+    import gymnasium as gym
+    import numpy as np
+
+    from envs.leaves import KINDS, Bits, Box, Image, Index, MultiIndex
+    from envs.spaces import leaf_array
+    from marl.models.custom import leaf_space
+
+    bits = Leaf("b", (), "multibinary", (3,), "uint8")
+    multi = Leaf("m", (), "multidiscrete", (2,), "int64", (2, 3), (1, 0))
+    assert set(KINDS) == {"box", "discrete", "multidiscrete", "multibinary"}  # the strings saved specs hold
+    assert [leaf.kind_class for leaf in (VEC, GRID, DIR, multi, bits)] == [Box, Image, Index, MultiIndex, Bits]
+    assert [leaf.size for leaf in (VEC, GRID, DIR, multi, bits)] == [4, 147, 4, 5, 3]
+    assert leaf_array(multi, np.array([[2, 2]]), (1,)).tolist() == [[1, 2]]  # the start taken off
+    assert leaf_array(bits, np.array([1, 0, 1]), ()).dtype == np.uint8
+    assert leaf_space(GRID) == gym.spaces.Box(0, 255, (7, 7, 3), np.uint8) and leaf_space(multi) == gym.spaces.MultiDiscrete([2, 3])
+    assert Bits.features(bits, torch.tensor([[1, 0, 1]], dtype=torch.uint8)).tolist() == [[1.0, 0.0, 1.0]]
+    assert Image.features(GRID, torch.full((1, 7, 7, 3), 255, dtype=torch.uint8)).max() == 1.0  # --encoder mlp scales bytes
+    g = torch.Generator().manual_seed(0)
+    assert Index.example(DIR, (500,), g).max() == 3 and Box.example(GRID, (2,), g).dtype == torch.uint8
+
+
 def test_cnn_forced_on_a_vector_is_refused():
     with pytest.raises(ModelError, match="--encoder cnn: observation obs: box\\[4\\] float32 is not image-shaped"):
         check_network((spec(VEC),), {**BUILTIN, "encoder": "cnn"})
@@ -146,6 +169,23 @@ def test_a_custom_module_follows_the_protocol(user_module):
     box = spec(VEC, action=ActionSpec("gaussian", (3,), (3,), low=(-1.0,) * 3, high=(1.0,) * 3))
     params, _, _ = build_model((box,), custom(f"{user_module}:Good")).policies["p"](*example_inputs(box, 0, 2))
     assert params.shape == (2, 6)  # marl appends the learned log-std to the user's means
+    beta = spec(VEC, action=ActionSpec("beta", (3,), (3,), low=(-1.0,) * 3, high=(1.0,) * 3))
+    check_network((beta,), custom(f"{user_module}:Good"))  # num_outputs 6: the user's head gives alphas and betas
+    policy = build_model((beta,), custom(f"{user_module}:Good")).policies["p"]
+    assert policy.log_std is None and policy(*example_inputs(beta, 0, 2))[0].shape == (2, 6)
+
+
+@pytest.mark.parametrize("kind, head, log_std", [("gaussian", 3, True), ("tanh_gaussian", 3, True), ("beta", 6, False)])
+def test_the_distribution_makes_the_head_and_checkpoint_keys_stay(kind, head, log_std):
+    box = spec(VEC, action=ActionSpec(kind, (3,), (3,), low=(-1.0,) * 3, high=(1.0,) * 3))
+    model = build_model((box,), BUILTIN)
+    keys = list(model.state_dict())
+    assert model.policies["p"].actor.head.out_features == head
+    # The names checkpoints hold, so that old runs load.
+    assert "policies.p.actor.head.weight" in keys and ("policies.p.log_std" in keys) == log_std
+    params, _, _ = model.policies["p"](*example_inputs(box, 0, 2))
+    assert params.shape == (2, 6)
+    torch.testing.assert_close(params[:, 3:], torch.zeros(2, 3)) if log_std else None
 
 
 @pytest.mark.parametrize("path, message", [

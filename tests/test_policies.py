@@ -83,17 +83,22 @@ def test_agent_one_hot_and_central_critic_inputs():
     assert all(s.obs == (obs_leaf,) and size(s.obs) == 4 for s in policy_specs(info, "per-agent", True, "local"))
 
 
-def test_tanh_squashing_turns_box_policies_into_tanh_gaussians_and_needs_finite_bounds():
+@pytest.mark.parametrize("dist", ["tanh_gaussian", "beta"])
+def test_action_dist_picks_a_box_distribution_and_refuses_what_does_not_fit(dist):
     import dataclasses
 
     info = describe("Pendulum-v1", 2)
-    (spec,) = policy_specs(info, "shared", False, "local", "tanh")
-    assert spec.action.kind == "tanh_gaussian" and spec.action.low == (-2.0,) and spec.action.continuous
+    (spec,) = policy_specs(info, "shared", False, "local", dist)
+    assert spec.action.kind == dist and spec.action.low == (-2.0,) and spec.action.continuous
     assert policy_specs(info, "shared", False, "local")[0].action.kind == "gaussian"
-    (discrete,) = policy_specs(describe("CartPole-v1", 2), "shared", False, "local", "tanh")
-    assert discrete.action.kind == "categorical"  # only Box actions are squashed
+    assert policy_specs(describe("CartPole-v1", 2), "shared", False, "local")[0].action.kind == "categorical"
+    with pytest.raises(PolicyError, match=f"--action-dist {dist}: policy 'shared' acts in Discrete\\[2\\], and {dist} "
+                                          f"acts in Box actions: use --action-dist auto$"):
+        policy_specs(describe("CartPole-v1", 2), "shared", False, "local", dist)
     unbounded = dataclasses.replace(info.specs[0], action=dataclasses.replace(info.specs[0].action, high=(float("inf"),)))
     info = dataclasses.replace(info, specs=(unbounded, unbounded))
-    with pytest.raises(PolicyError, match="--action-squash tanh: policy 'shared' acts in Box\\[1\\] with unbounded "
-                                          "dimensions .* use --action-squash clip"):
+    with pytest.raises(PolicyError, match=f"--action-dist {dist}: policy 'shared' acts in Box\\[1\\], and {dist} maps "
+                                          "into finite bounds only.*: use --action-dist gaussian$"):
+        policy_specs(info, "shared", False, "local", dist)
+    with pytest.raises(PolicyError, match="--action-dist must be auto or one of .*beta.*, got 'tanh'"):
         policy_specs(info, "shared", False, "local", "tanh")

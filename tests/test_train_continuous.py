@@ -52,7 +52,7 @@ def test_the_pendulum_preset_learns_and_its_statistics_are_saved_and_resumed(tra
 
 
 def test_tanh_squashed_box_actions_train_and_play_and_the_defaults_point_at_the_preset(train):
-    r = train("--env", "Pendulum-v1", "--agents", "2", "--action-squash", "tanh", "--total-steps", "3000",
+    r = train("--env", "Pendulum-v1", "--agents", "2", "--action-dist", "tanh_gaussian", "--total-steps", "3000",
               "--run-name", "tanh")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "start from a preset: --config configs/pendulum.toml" in r.stdout
@@ -65,7 +65,7 @@ def test_continuous_simple_spread_trains_under_mappo_with_tanh_and_normalised_ob
     pytest.importorskip("mpe2")
     r = train("--config", "configs/simple_spread.toml", "--env-kwargs",
               '{"N": 3, "max_cycles": 25, "continuous_actions": true}', "--norm-obs", "--norm-reward",
-              "--action-squash", "tanh", "--envs-per-actor", "4", "--total-steps", "6000", "--run-name", "spread")
+              "--action-dist", "tanh_gaussian", "--envs-per-actor", "4", "--total-steps", "6000", "--run-name", "spread")
     assert r.returncode == 0, r.stderr[-3000:]
     sd = torch.load(train.logdir / "spread" / "policy.pt", weights_only=True)["state_dict"]
     assert float(sd["policies.shared.obs_norm.state.count"]) > 5_000  # the central critic's state is normalised too

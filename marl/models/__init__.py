@@ -137,7 +137,7 @@ def check_network(specs, network: dict) -> bool:
     for spec in specs:
         policy = model.policies[spec.name]
         size = model.state_size(spec.name)
-        name, want = network["model"] or "built-in", spec.action.num_outputs
+        name, want = network["model"] or "built-in", policy.dist.head_size(spec.action)
         lead, what = ([3, 2], "sequences of 3 steps x 2 slots") if size else ([2], "a batch of 2 observations")
         try:
             with torch.no_grad():

@@ -18,6 +18,7 @@ import math
 import torch
 from torch import nn
 
+from marl import distributions
 from marl.models.core import Core
 from marl.models.encoders import Encoder, init_layer
 
@@ -32,12 +33,14 @@ class Tanh(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, n_in: int, hidden: tuple[int, ...], n_out: int, head_std: float):
+    """Tanh blocks, then `head(width)`: the last layer, made after the blocks (their init draws come first)."""
+
+    def __init__(self, n_in: int, hidden: tuple[int, ...], head):
         super().__init__()
         widths = (n_in, *hidden)
         self.blocks = nn.ModuleList(
             nn.Sequential(init_layer(nn.Linear(a, b), math.sqrt(2)), Tanh()) for a, b in zip(widths, widths[1:]))
-        self.head = init_layer(nn.Linear(widths[-1], n_out), head_std)
+        self.head = head(widths[-1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Features made inside the model (one-hots, scaled bytes) are float32; bf16 weights want bf16.
@@ -49,8 +52,8 @@ class MLP(nn.Module):
 
 class ActorCritic(nn.Module):
     """forward(obs, state, core, starts) -> (params, value, core): `params` is what
-    `marl.distributions.make` takes (logits; for Box actions the means and the log-std side by
-    side), `value` is the critic's. The critic reads `state` (a centralized critic's global state,
+    `marl.distributions.make` takes (the head the distribution made, with its free parameters:
+    a Gaussian's means and state-independent log-std side by side), `value` is the critic's. The critic reads `state` (a centralized critic's global state,
     MAPPO) with the observation where the policy has one, else the actor's own features.
 
     Feed-forward (`state_size` 0): obs leaves [B, ...] -> params [B, P], value [B], core None.
@@ -70,9 +73,11 @@ class ActorCritic(nn.Module):
             self.actor_core, self.critic_core = Core(core, actor_in, core_size), Core(core, critic_in, core_size)
             actor_in = critic_in = core_size
             self.state_size = self.actor_core.state_size + self.critic_core.state_size
-        self.actor = MLP(actor_in, hidden, spec.action.num_outputs, head_std=0.01)
-        self.critic = MLP(critic_in, hidden, 1, head_std=1.0)
-        self.log_std = nn.Parameter(torch.zeros(spec.action.num_outputs)) if spec.action.continuous else None
+        self.dist = distributions.lookup(spec.action.kind)
+        self.actor = MLP(actor_in, hidden, lambda n: self.dist.head(spec.action, n))
+        self.critic = MLP(critic_in, hidden, lambda n: init_layer(nn.Linear(n, 1), 1.0))
+        # Made last, and named log_std, as before distributions made it: checkpoints keep loading.
+        self.log_std = self.dist.free_params(spec.action)
         self.obs_norm = None  # --norm-obs: a marl.models.normalize.ObsNormalizer (set by build_policy)
 
     def forward(self, obs: dict[str, torch.Tensor], state: torch.Tensor | None = None, core: torch.Tensor | None = None,
@@ -109,10 +114,7 @@ class ActorCritic(nn.Module):
         return obs[self.encoder.passthrough] if self.encoder.passthrough else self.encoder(obs)
 
     def _params(self, x: torch.Tensor) -> torch.Tensor:
-        pd = self.actor(x)
-        if self.log_std is not None:
-            pd = torch.cat([pd, self.log_std.to(pd.dtype).expand_as(pd)], dim=-1)
-        return pd
+        return self.dist.params(self.actor(x), self.log_std)
 
     def blocks(self) -> list[nn.Module]:
         encoders = [self.encoder] + ([self.critic_encoder] if self.critic_encoder is not None else [])

@@ -9,9 +9,11 @@
   out); `forward` gets a batch of it: a tensor [B, *shape] for a plain space, a dict of them for
   a `Dict`, in their stored dtypes (`uint8` images, `int64` indices): the network converts them,
   to its weights' dtype (bf16 under `--precision bf16`).
-- `num_outputs` is the size of the head marl turns into the action distribution: logits for
-  Discrete (n) and MultiDiscrete (sum of nvec), one logit per bit for MultiBinary, the means for
-  Box (marl adds a learned log-std). Action masks are applied by marl, after the network.
+- `num_outputs` is the size of the head marl turns into the action distribution
+  (`head_size` of `marl.distributions`): logits for Discrete (n) and MultiDiscrete (sum of nvec),
+  one logit per bit for MultiBinary, the means for a Box's Gaussian (marl adds a learned
+  log-std), raw alphas then betas for `--action-dist beta`. Action masks are applied by marl,
+  after the network.
 - `forward` returns `(head [B, num_outputs], value [B])`.
 - `model_kwargs` are `--model-kwargs` (JSON, or a TOML table): plain values, saved with the run.
 - No FSDP code: the learner shards any submodule of a million parameters or more as a unit of its
@@ -38,11 +40,11 @@ import os
 import sys
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
 from envs.spaces import Leaf
+from marl import distributions
 
 
 class ModelError(ValueError):
@@ -50,15 +52,7 @@ class ModelError(ValueError):
 
 
 def leaf_space(leaf: Leaf) -> gym.Space:
-    if leaf.kind == "discrete":
-        return gym.spaces.Discrete(leaf.nvec[0])
-    if leaf.kind == "multidiscrete":
-        return gym.spaces.MultiDiscrete(list(leaf.nvec))
-    if leaf.kind == "multibinary":
-        return gym.spaces.MultiBinary(leaf.shape[0])
-    if leaf.dtype == "uint8":
-        return gym.spaces.Box(0, 255, leaf.shape, np.uint8)
-    return gym.spaces.Box(-np.inf, np.inf, leaf.shape, np.float32)
+    return leaf.kind_class.model_space(leaf)
 
 
 def observation_space(leaves: tuple[Leaf, ...]) -> gym.Space:
@@ -69,14 +63,7 @@ def observation_space(leaves: tuple[Leaf, ...]) -> gym.Space:
 
 
 def action_space(action) -> gym.Space:
-    if action.kind == "categorical":
-        return gym.spaces.Discrete(action.nvec[0])
-    if action.kind == "multicategorical":
-        return gym.spaces.MultiDiscrete(list(action.nvec))
-    if action.kind == "bernoulli":
-        return gym.spaces.MultiBinary(list(action.env_shape))
-    return gym.spaces.Box(np.asarray(action.low, np.float32).reshape(action.env_shape),
-                          np.asarray(action.high, np.float32).reshape(action.env_shape))
+    return action.space.model_space(action)
 
 
 def load_class(path: str) -> type:
@@ -107,8 +94,9 @@ class CustomPolicy(nn.Module):
         super().__init__()
         cls = load_class(path)
         self.plain = len(spec.obs) == 1 and spec.obs[0].name == "obs"
+        self.dist = distributions.lookup(spec.action.kind)
         try:
-            self.net = cls(observation_space(spec.obs), action_space(spec.action), spec.action.num_outputs, **kwargs)
+            self.net = cls(observation_space(spec.obs), action_space(spec.action), self.dist.head_size(spec.action), **kwargs)
         except Exception as e:  # noqa: BLE001 - whatever the constructor raised, the user must fix it there
             raise ModelError(f"--model {path}: {cls.__name__}(obs_space, action_space, num_outputs, **model_kwargs) "
                              f"failed: {type(e).__name__}: {' '.join(str(e).split())}") from None
@@ -116,7 +104,7 @@ class CustomPolicy(nn.Module):
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ModelError(f"--model {path}: state_size must be an int (0 for a feed-forward network), got {size!r}")
         self.state_size = size
-        self.log_std = nn.Parameter(torch.zeros(spec.action.num_outputs)) if spec.action.continuous else None
+        self.log_std = self.dist.free_params(spec.action)  # named as before distributions made it: checkpoints load
         self.obs_norm = None  # --norm-obs: a marl.models.normalize.ObsNormalizer (set by build_policy)
 
     def forward(self, obs: dict[str, torch.Tensor], state: torch.Tensor | None = None, core: torch.Tensor | None = None,
@@ -130,9 +118,7 @@ class CustomPolicy(nn.Module):
             head, value = head.flatten(0, 1).clone(), value.flatten(0, 1).clone()
         else:
             (head, value), core = self.net(x), None
-        if self.log_std is not None:
-            head = torch.cat([head, self.log_std.to(head.dtype).expand_as(head)], dim=-1)
-        return head, value, core
+        return self.dist.params(head, self.log_std), value, core
 
     def act(self, obs: dict[str, torch.Tensor], core: torch.Tensor | None = None,
             starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:

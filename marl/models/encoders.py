@@ -13,17 +13,12 @@ import math
 import torch
 from torch import nn
 
+from envs.leaves import Box
 from envs.spaces import Leaf, SpaceError, image_layout
+from marl.distributions.base import init_layer  # noqa: F401 - the networks' init, imported from here too
 
 ENCODERS = ("auto", "mlp", "cnn")
 NATURE_MIN_SIDE = 36  # the Nature-DQN stack needs at least 36x36 pixels (8/4, 4/2, 3/1 convolutions)
-
-
-def init_layer(layer: nn.Module, std: float) -> nn.Module:
-    # Orthogonal init with these gains is what makes PPO fast (CleanRL, Huang et al. 2022).
-    nn.init.orthogonal_(layer.weight, std)
-    nn.init.zeros_(layer.bias)
-    return layer
 
 
 class CNN(nn.Module):
@@ -73,8 +68,9 @@ def module_key(name: str) -> str:
 class Encoder(nn.Module):
     """forward({leaf name: [B, *shape]}) -> [B, out_dim] features, leaves in spec order.
 
-    `kind`: "auto" gives image leaves a CNN and flattens the rest; "mlp" flattens everything;
-    "cnn" insists that every Box leaf is an image.
+    `kind`: "auto" gives image leaves a CNN and each other leaf the features its kind makes
+    (`envs.leaves`: one-hots of indices, flat vectors and bits, bytes scaled to [0, 1]); "mlp"
+    gives images those too; "cnn" insists that every Box leaf is an image.
     """
 
     def __init__(self, leaves: tuple[Leaf, ...], kind: str = "auto"):
@@ -82,9 +78,10 @@ class Encoder(nn.Module):
         if kind not in ENCODERS:
             raise SpaceError(f"--encoder must be one of {', '.join(ENCODERS)}, got {kind!r}")
         self.leaves = leaves
+        self.kinds = [leaf.kind_class for leaf in leaves]  # looked up once: forward is on the actor's hot path
         self.cnns = nn.ModuleDict()
         for leaf in leaves:
-            if kind == "cnn" and leaf.kind == "box" and not leaf.is_image:
+            if kind == "cnn" and issubclass(leaf.kind_class, Box) and not leaf.is_image:
                 raise SpaceError(f"--encoder cnn: observation {leaf.describe()} is not image-shaped (H x W x C, C x H x W, "
                                  f"or H x W uint8, sides of 4 and up); use --encoder auto or mlp")
             if leaf.is_image and kind != "mlp":
@@ -93,22 +90,14 @@ class Encoder(nn.Module):
         # One float vector is its own feature vector: the network reads it as is, with no call here
         # (this is CartPole's case, where a module call is a measurable part of an actor step).
         only = leaves[0] if len(leaves) == 1 else None
-        self.passthrough = only.name if only and only.kind == "box" and only.dtype == "float32" and len(only.shape) == 1 else None
+        self.passthrough = only.name if only and only.kind_class.passthrough(only) else None
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         parts = []
-        for leaf in self.leaves:
+        for leaf, leaf_kind in zip(self.leaves, self.kinds):
             x = obs[leaf.name]
             key = module_key(leaf.name)
-            if key in self.cnns:
-                parts.append(self.cnns[key](x))
-            elif leaf.kind == "discrete":
-                parts.append(nn.functional.one_hot(x.long(), leaf.nvec[0]).float())
-            elif leaf.kind == "multidiscrete":
-                parts.extend(nn.functional.one_hot(x[..., i].long(), n).float() for i, n in enumerate(leaf.nvec))
-            else:
-                flat = x.reshape(x.shape[0], -1)
-                parts.append(flat.float() / 255 if leaf.dtype == "uint8" and leaf.kind == "box" else flat.float())
+            parts.append(self.cnns[key](x) if key in self.cnns else leaf_kind.features(leaf, x))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
     def blocks(self) -> list[nn.Module]:

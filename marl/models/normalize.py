@@ -19,7 +19,7 @@ from marl.normalize import RunningMoments, batch_moments
 
 def normalisable(leaf) -> bool:
     """A float vector leaf (not an image): what `--norm-obs` normalises."""
-    return leaf.kind == "box" and leaf.dtype.startswith("float") and not leaf.is_image
+    return leaf.kind_class.normalisable(leaf)
 
 
 class ObsNormalizer(nn.Module):
