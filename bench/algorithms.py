@@ -91,8 +91,8 @@ def batch_path(repeats: int) -> None:
     from envs import describe
     from marl.actor import RolloutWorker
     from marl.algorithms import PPO, gae
+    from marl.collectives import pack, slot_bounds, slot_ranges, slots_per_rank
     from marl.config import Config
-    from marl.learner import _pack, _pieces
     from marl.specs import cat, tree_map
     from marl.trajectory import flatten_valid
 
@@ -115,14 +115,13 @@ def batch_path(repeats: int) -> None:
         batch["advantages"] = (a - a.mean()) / (a.std() + 1e-8)
 
     def after(ranks: int) -> None:  # rank 0 now: pack every slot, then the targets of its own share
-        copies = [r["shared"]["valid"].shape[1] for r in rollouts]
-        bounds = [0, *torch.tensor(copies).cumsum(0).tolist()]
-        per_rank = -(-bounds[-1] // ranks)
-        packed = _pack([r["shared"] for r in rollouts], per_rank * ranks)
+        bounds = slot_bounds([r["shared"]["valid"].shape[1] for r in rollouts])
+        per_rank = slots_per_rank(bounds, ranks)
+        packed = pack([r["shared"] for r in rollouts], per_rank * ranks)
         own = tree_map(lambda v: v[:, :per_rank] if v.dim() >= 3 else v[:per_rank], packed)
         adv, ret = PPO(cfg).targets(own)
         cat([flatten_valid(tree_map(lambda v: v[:, a:b], own), adv[:, a:b], ret[:, a:b])
-             for a, b in _pieces(bounds, 0, per_rank)])
+             for a, b in slot_ranges(bounds, 0, per_rank)])
 
     def best(fn) -> float:
         times = []

@@ -11,7 +11,8 @@ from torch.distributed.fsdp import FSDPModule
 
 from envs import describe
 from marl.config import Config
-from marl.learner import MIN_BLOCK_PARAMS, Learner, LearnerGroup, follow
+from marl.learner import Learner, LearnerGroup, follow
+from marl.sharding import MIN_BLOCK_PARAMS
 from marl.specs import example_trajectory
 from tests.ranks import run_ranks
 
