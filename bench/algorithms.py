@@ -18,33 +18,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import run_train  # bench/common.py, which also puts the repository on sys.path
 
 
 def train(args: list[str], logdir: str, name: str) -> dict:
-    cmd = [sys.executable, str(ROOT / "train.py"), "--logdir", logdir, "--run-name", name, *args]
-    start = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - start
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout[-2000:] + p.stderr[-3000:])
-        raise SystemExit(f"train.py {' '.join(args)} failed with exit code {p.returncode}")
-    solved = re.search(r"^solved: .* at step ([\d,]+) ", p.stdout, re.M)
-    mean = re.search(r"mean return (?:of the last 100 episodes: )?(-?[\d.]+)", p.stdout)
     from tests.conftest import read_scalars
 
-    lag = max(v for _, v in read_scalars(Path(logdir) / name)["perf/policy_lag"])
-    return {"wall": wall, "solved": bool(solved), "steps": int(solved.group(1).replace(",", "")) if solved else None,
-            "mean": float(mean.group(1)) if mean else float("nan"), "lag": lag}
+    run = run_train(args, Path(logdir) / name)
+    r = run.result
+    lag = max(v for _, v in read_scalars(r.run_dir)["perf/policy_lag"])
+    return {"wall": run.wall, "solved": r.solved, "steps": r.global_step if r.solved else None,
+            "mean": float("nan") if r.mean_return is None else r.mean_return, "lag": lag}
 
 
 VARIANTS = {
