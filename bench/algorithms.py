@@ -18,33 +18,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import run_train  # bench/common.py, which also puts the repository on sys.path
 
 
 def train(args: list[str], logdir: str, name: str) -> dict:
-    cmd = [sys.executable, str(ROOT / "train.py"), "--logdir", logdir, "--run-name", name, *args]
-    start = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - start
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout[-2000:] + p.stderr[-3000:])
-        raise SystemExit(f"train.py {' '.join(args)} failed with exit code {p.returncode}")
-    solved = re.search(r"^solved: .* at step ([\d,]+) ", p.stdout, re.M)
-    mean = re.search(r"mean return (?:of the last 100 episodes: )?(-?[\d.]+)", p.stdout)
     from tests.conftest import read_scalars
 
-    lag = max(v for _, v in read_scalars(Path(logdir) / name)["perf/policy_lag"])
-    return {"wall": wall, "solved": bool(solved), "steps": int(solved.group(1).replace(",", "")) if solved else None,
-            "mean": float(mean.group(1)) if mean else float("nan"), "lag": lag}
+    run = run_train(args, Path(logdir) / name)
+    r = run.result
+    lag = max(v for _, v in read_scalars(r.run_dir)["perf/policy_lag"])
+    return {"wall": run.wall, "solved": r.solved, "steps": r.global_step if r.solved else None,
+            "mean": float("nan") if r.mean_return is None else r.mean_return, "lag": lag}
 
 
 VARIANTS = {
@@ -91,8 +81,8 @@ def batch_path(repeats: int) -> None:
     from envs import describe
     from marl.actor import RolloutWorker
     from marl.algorithms import PPO, gae
+    from marl.collectives import pack, slot_bounds, slot_ranges, slots_per_rank
     from marl.config import Config
-    from marl.learner import _pack, _pieces
     from marl.specs import cat, tree_map
     from marl.trajectory import flatten_valid
 
@@ -115,14 +105,13 @@ def batch_path(repeats: int) -> None:
         batch["advantages"] = (a - a.mean()) / (a.std() + 1e-8)
 
     def after(ranks: int) -> None:  # rank 0 now: pack every slot, then the targets of its own share
-        copies = [r["shared"]["valid"].shape[1] for r in rollouts]
-        bounds = [0, *torch.tensor(copies).cumsum(0).tolist()]
-        per_rank = -(-bounds[-1] // ranks)
-        packed = _pack([r["shared"] for r in rollouts], per_rank * ranks)
+        bounds = slot_bounds([r["shared"]["valid"].shape[1] for r in rollouts])
+        per_rank = slots_per_rank(bounds, ranks)
+        packed = pack([r["shared"] for r in rollouts], per_rank * ranks)
         own = tree_map(lambda v: v[:, :per_rank] if v.dim() >= 3 else v[:per_rank], packed)
         adv, ret = PPO(cfg).targets(own)
         cat([flatten_valid(tree_map(lambda v: v[:, a:b], own), adv[:, a:b], ret[:, a:b])
-             for a, b in _pieces(bounds, 0, per_rank)])
+             for a, b in slot_ranges(bounds, 0, per_rank)])
 
     def best(fn) -> float:
         times = []

@@ -1,4 +1,5 @@
-"""Continuous control results: the presets in configs/ over several seeds, read from each run's log.
+"""Continuous control results: the presets in configs/ over several seeds, each run's curve read from its
+progress lines and its end from its result.json.
 
 Cases (each `train.py --config <preset>` with `--seed s`, run to its whole budget):
 - pendulum: configs/pendulum.toml, 600k agent-steps. Reports, per seed, the first step at which the
@@ -31,7 +32,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from common import run_train  # bench/common.py, which also puts the repository on sys.path
+from marl.result import Result  # noqa: E402
 
 CASES = {
     "pendulum": (["--config", "configs/pendulum.toml"], 600_000, 300_000, -250.0, -300.0),
@@ -46,17 +48,12 @@ def curve(stdout: str) -> list[tuple[int, float]]:
     return [(int(s.replace(",", "")), float(r)) for s, r, n in LINE.findall(stdout) if int(n) == 100]
 
 
-def run(case: str, seed: int, budget: int, logdir: str) -> tuple[str, int, list[tuple[int, float]], float]:
-    args = CASES[case][0]
-    cmd = [sys.executable, str(ROOT / "train.py"), *args, "--seed", str(seed), "--total-steps", str(budget),
-           "--target-return", "1e9", "--logdir", logdir, "--run-name", f"{case}-{seed}", "--checkpoint-every", "0"]
-    start = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        sys.stderr.write(out.stdout[-2000:] + out.stderr[-3000:])
-        raise SystemExit(f"continuous: train.py failed for {case} seed {seed}")
-    return case, seed, curve(out.stdout), wall
+def run(case: str, seed: int, budget: int, logdir: str) -> tuple[str, int, list[tuple[int, float]], Result, float]:
+    """One run to its budget: its curve (from the progress lines: result.json holds no curve), how it ended."""
+    args = [*CASES[case][0], "--seed", str(seed), "--total-steps", str(budget), "--target-return", "1e9",
+            "--checkpoint-every", "0"]
+    done = run_train(args, Path(logdir) / f"{case}-{seed}")
+    return case, seed, curve(done.stdout), done.result, done.wall
 
 
 def run_cleanrl(path: str, case: str, seed: int, budget: int) -> tuple[float, float]:
@@ -75,15 +72,15 @@ def run_cleanrl(path: str, case: str, seed: int, budget: int) -> tuple[float, fl
     return (sum(last) / len(last) if last else float("nan")), wall
 
 
-def report(case: str, seed: int, points: list[tuple[int, float]], wall: float) -> bool | None:
+def report(case: str, seed: int, points: list[tuple[int, float]], result: Result, wall: float) -> bool | None:
     """One line per run; whether it met the case's goals (None: the case has none)."""
     _, budget, by, reach, floor = CASES[case]
     if not points:
         print(f"{case} seed {seed}: fewer than 100 episodes finished ({wall:.0f}s)", flush=True)
         return False if reach is not None else None
-    end = points[-1][1]
+    end = result.mean_return
     if reach is None:
-        print(f"{case} seed {seed}: last 100 at {points[-1][0]:,}: {end:.1f} | {wall:.0f}s wall", flush=True)
+        print(f"{case} seed {seed}: last 100 at {result.global_step:,}: {end:.1f} | {wall:.0f}s wall", flush=True)
         return None
     first = next((s for s, r in points if r >= reach), None)
     at = [r for s, r in points if s <= by]
@@ -92,7 +89,7 @@ def report(case: str, seed: int, points: list[tuple[int, float]], wall: float) -
     ok = first is not None and first <= by and min(after or [end]) >= floor
     print(f"{case} seed {seed}: reached {reach:g} at {'never' if first is None else f'{first:,}'} | "
           f"at {by:,}: {at[-1] if at else float('nan'):.1f} | lowest after: {min(after) if after else float('nan'):.1f} | "
-          f"end ({points[-1][0]:,}): {end:.1f} | {'meets' if ok else 'misses'} the goal | {wall:.0f}s wall", flush=True)
+          f"end ({result.global_step:,}): {end:.1f} | {'meets' if ok else 'misses'} the goal | {wall:.0f}s wall", flush=True)
     return ok
 
 
@@ -116,8 +113,8 @@ def main() -> int:
                 for case in cases for seed in range(args.first_seed, args.first_seed + seeds)]
         results: dict[str, list] = {}
         for job in jobs:
-            case, seed, points, wall = job.result()
-            results.setdefault(case, []).append((report(case, seed, points, wall), points))
+            case, seed, points, result, wall = job.result()
+            results.setdefault(case, []).append((report(case, seed, points, result, wall), points, result))
     for case in cases if args.cleanrl else []:
         if CASES[case][2] is None:  # the MuJoCo cases: the ones CleanRL's script runs
             for seed in range(args.first_seed, args.first_seed + seeds):
@@ -125,8 +122,8 @@ def main() -> int:
                 print(f"{case} seed {seed}: CleanRL ppo_continuous_action.py: last 100 episodes {mean:.1f} | "
                       f"{wall:.0f}s wall", flush=True)
     for case, rs in results.items():
-        ends = sorted(pts[-1][1] for _, pts in rs if pts)
-        met = [ok for ok, _ in rs if ok is not None]
+        ends = sorted(r.mean_return for _, pts, r in rs if pts)
+        met = [ok for ok, _, _ in rs if ok is not None]
         goal = f"goal met on {sum(met)}/{len(met)} seeds | " if met else ""
         print(f"{case}: {goal}end of run, last 100 episodes: median {ends[len(ends) // 2] if ends else float('nan'):.1f} "
               f"(min {ends[0] if ends else float('nan'):.1f}, max {ends[-1] if ends else float('nan'):.1f})", flush=True)

@@ -45,7 +45,8 @@ from torch.distributed.tensor import DTensor  # noqa: E402
 from envs import describe  # noqa: E402
 from marl.config import Config  # noqa: E402
 from marl.launch import exit_now  # noqa: E402
-from marl.learner import MIN_BLOCK_PARAMS, Learner, LearnerGroup, follow  # noqa: E402
+from marl.learner import Learner, LearnerGroup, follow  # noqa: E402
+from marl.sharding import MIN_BLOCK_PARAMS  # noqa: E402
 from marl.specs import example_trajectory  # noqa: E402
 
 ENV = "CartPole-v1"

@@ -18,15 +18,12 @@ Parts:
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import ROOT, run_train  # bench/common.py, which also puts the repository on sys.path
 
 NOVEL = ["--env", "envs:CartPoleNoVel-v1", "--agents", "8", "--seq-len", "16", "--learning-rate", "1e-3", "--norm-obs",
          "--norm-reward"]
@@ -37,15 +34,10 @@ def novel(seeds: int, budget: int | None, logdir: str) -> None:
     results: dict[str, list[str]] = {core: [] for core in CORES}
     for core in CORES:
         for seed in range(1, seeds + 1):
-            cmd = [sys.executable, str(ROOT / "train.py"), *NOVEL, "--core", core, "--seed", str(seed), "--logdir", logdir,
-                   "--run-name", f"novel-{core}-{seed}", *(["--total-steps", str(budget)] if budget else [])]
-            out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-            if out.returncode != 0:
-                sys.stderr.write(out.stdout[-2000:] + out.stderr[-3000:])
-                raise SystemExit(f"recurrent: train.py failed for {core} seed {seed}")
-            solved = re.search(r"^solved: .* at step ([\d,]+) ", out.stdout, re.M)
-            final = re.search(r"mean return of the last 100 episodes: ([\d.]+)", out.stdout)
-            results[core].append(f"solved at {solved.group(1)}" if solved else f"not solved ({final.group(1) if final else '?'})")
+            args = [*NOVEL, "--core", core, "--seed", str(seed), *(["--total-steps", str(budget)] if budget else [])]
+            r = run_train(args, Path(logdir) / f"novel-{core}-{seed}").result
+            mean = "?" if r.mean_return is None else f"{r.mean_return:.1f}"
+            results[core].append(f"solved at {r.global_step:,}" if r.solved else f"not solved ({mean})")
             print(f"novel --core {core} seed {seed}: {results[core][-1]}", flush=True)
     for core, r in results.items():
         print(f"novel --core {core}: solved {sum(x.startswith('solved') for x in r)}/{len(r)} | " + " | ".join(r), flush=True)

@@ -12,29 +12,19 @@ against the 10 s target.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from common import run_train  # bench/common.py
 
 
 def run_seed(seed: int, extra: list[str], logdir: str) -> dict:
-    cmd = [sys.executable, str(ROOT / "train.py"), "--seed", str(seed), "--logdir", logdir,
-           "--run-name", f"seed{seed}", *extra]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - start
-    solved = re.search(r"solved: .* at step ([\d,]+)", proc.stdout)
-    budget = re.search(r"reached at step ([\d,]+)", proc.stdout)
-    steps = int((solved or budget).group(1).replace(",", "")) if (solved or budget) else None
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
-    return {"seed": seed, "wall": wall, "steps": steps, "solved": bool(solved), "code": proc.returncode}
+    run = run_train(["--seed", str(seed), *extra], Path(logdir) / f"seed{seed}", check=False)
+    r = run.result
+    return {"seed": seed, "wall": run.wall, "steps": r and r.global_step, "solved": bool(r and r.solved),
+            "code": run.returncode}
 
 
 def main() -> int:

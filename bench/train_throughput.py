@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import run_train  # bench/common.py, which also puts the repository on sys.path
 
 TARGET = 250_000
 
@@ -32,13 +29,7 @@ def marl_rate(steps: int, extra: list[str]) -> tuple[float, dict[str, float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     with tempfile.TemporaryDirectory() as logdir:
-        cmd = [sys.executable, str(ROOT / "train.py"), "--total-steps", str(steps), "--target-return", "inf",
-               "--logdir", logdir, "--run-name", "bench", *extra]
-        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        m = re.search(r"reached at step ([\d,]+) in ([\d.]+)s", out.stdout)
-        if out.returncode != 0 or not m:
-            sys.stderr.write(out.stdout[-2000:] + out.stderr[-3000:])
-            raise SystemExit("train_throughput: train.py failed")
+        r = run_train(["--total-steps", str(steps), "--target-return", "inf", *extra], Path(logdir) / "bench").result
         acc = EventAccumulator(str(Path(logdir) / "bench"), size_guidance={"scalars": 0})
         acc.Reload()
         perf = {}
@@ -47,7 +38,7 @@ def marl_rate(steps: int, extra: list[str]) -> tuple[float, dict[str, float]]:
             values = values[3:] or values  # warm-up iterations out, unless that is all there is
             if tag.startswith("perf/") and values and "startup" not in tag:
                 perf[tag[5:]] = sum(values) / len(values)
-    return int(m.group(1).replace(",", "")) / float(m.group(2)), perf
+    return r.global_step / r.seconds, perf
 
 
 def show_perf(mode: str, perf: dict[str, float]) -> None:

@@ -2,11 +2,12 @@
 coordinator's own state, so that `train.py --resume runs/<run>` continues a run where it stopped.
 
 Layout of `runs/<run>/checkpoints/iter_000042/`:
-- DCP files (`__<rank>_0.distcp`, `.metadata`): the model and optimizer state, each learner rank
-  writing its own shard, and each rank's sampling generator under a key of its own. DCP stores
-  global shapes, so a checkpoint written by L ranks loads on any other number (it reshards).
+- DCP files (`__<rank>_0.distcp`, `.metadata`): each learner rank's `TrainState`, the model and
+  optimizer shards it holds and its sampling generators under keys of their own (and the reward
+  scalers' statistics). DCP stores global shapes, so a checkpoint written by L ranks loads on any
+  other number (it reshards).
 - `trainer.pt`: what rank 0 alone holds (iteration, global step, policy version, the running
-  episode window, the batch-shuffling generator) and the network's shape, in plain tensors and
+  episode window, wall seconds, the opponent pool) and the network's shape, in plain tensors and
   values that `torch.load(..., weights_only=True)` reads.
 - `config.toml`: the run's resolved config, the base of a resumed run's config.
 
@@ -25,6 +26,7 @@ from typing import Protocol
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from marl.config import Config, to_toml
 
@@ -35,6 +37,39 @@ class Stateful(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+
+class TrainState:
+    """What a learner rank checkpoints, as a `Stateful`: the model's and the optimizer's (sharded)
+    state, this rank's sampling generators under keys of their own, and any `extra` Statefuls. The
+    checkpointer sees only `state_dict` / `load_state_dict` (TorchTitan's rule), never a learner's
+    attributes."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, generators: tuple[torch.Generator, ...],
+                 rank: int, extra: dict | None = None):
+        """`extra`: more Statefuls by key, the same on every rank (the reward scalers)."""
+        self.model, self.optimizer, self.generators = model, optimizer, generators
+        self.rng_keys = [f"rng{i}.learner{rank}" for i in range(len(generators))]
+        self.extra = extra or {}
+
+    def state_dict(self) -> dict:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        # get_state_dict creates the optimizer's state (zeros) so that a load has tensors to load into.
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {"model": model_sd, "optim": optim_sd, **{k: g.get_state() for k, g in zip(self.rng_keys, self.generators)},
+                **{k: v.state_dict() for k, v in self.extra.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        # A rank the saving run did not have keeps the fresh seed it was given (checkpoint.load).
+        for key, g in zip(self.rng_keys, self.generators):
+            g.set_state(state[key])
+        for key, v in self.extra.items():  # a checkpoint without them (--norm-reward turned on) keeps their start
+            v.load_state_dict(state[key])
+
 
 class CheckpointError(ValueError):
     """A `--resume` path that cannot be resumed; the message is one line naming the fix."""

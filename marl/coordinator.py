@@ -9,11 +9,9 @@ next request, to the actors that don't hold them yet. It computes no targets.
 from __future__ import annotations
 
 import collections
-import json
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -21,7 +19,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from envs import EnvInfo
-from marl import checkpoint
+from marl import checkpoint, result
 from marl.actor import RolloutWorker
 from marl.config import Config
 from marl.control import HEAL_EXIT, RunControl, StartupClock
@@ -30,21 +28,8 @@ from marl.learner import Learner, LearnerGroup
 from marl.logging import RunLogger
 from marl.opponents import OpponentPool
 from marl.policy_file import export_policy
-from marl.run import RESULT_FILE
+from marl.result import WINDOW, Result
 from marl.trajectory import Rollout
-
-WINDOW = 100  # episodes in the "mean return" that decides when a run is solved (Gymnasium's convention)
-
-
-@dataclass
-class Result:
-    reason: str  # "target", "budget", or "heal" (an actor failed: start every process again from the checkpoint)
-    lost_actors: int
-    global_step: int
-    iterations: int
-    seconds: float
-    mean_return: float | None
-    steps: int  # taken by this process: fewer than global_step after a resume
 
 
 class Heal(Exception):
@@ -269,17 +254,17 @@ class Coordinator:
                     stream.publish(self.version, self.weights)
                 t3 = time.perf_counter()
                 self.global_step += steps
-                result = self._log(start, rollouts, metrics, used, lag, (t0, t1, t2, t3))
+                finished = self._log(start, rollouts, metrics, used, lag, (t0, t1, t2, t3))
                 if self.opponents is not None and self.iteration % cfg.snapshot_every == 0:
                     self.opponents.add(self.iteration, self.weights)
                 if cfg.eval_every and self.iteration % cfg.eval_every == 0:
                     self._evaluate()
                 if cfg.video_every and self.iteration % cfg.video_every == 0:
                     self._video()
-                if result is not None or (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0):
+                if finished is not None or (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0):
                     self.save()
-                if result is not None:
-                    return result
+                if finished is not None:
+                    return finished
         finally:
             if stream is not None:
                 stream.close()
@@ -435,8 +420,9 @@ class Coordinator:
         return None
 
     def _result(self, reason: str, start: float, mean: float | None) -> Result:
-        return Result(reason, len(self.actors.actors) - self.actors.live, self.global_step, self.iteration,
-                      time.perf_counter() - start, mean, self.global_step - self.start_step)
+        return Result(reason=reason, global_step=self.global_step, steps=self.global_step - self.start_step,
+                      seconds=time.perf_counter() - start, mean_return=mean,
+                      lost_actors=len(self.actors.actors) - self.actors.live, iterations=self.iteration)
 
 
 def rate_scalars(table: dict[str, dict[str, float]], against: str) -> dict[str, float]:
@@ -459,34 +445,32 @@ def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, contro
     coordinator = Coordinator(cfg, info, learners, logger, control.clock, control.stop.check,
                               (control.restarts_done, control.restarts_allowed))
     try:
-        result = coordinator.run(resume)
-        control.peers_lost = result.lost_actors > 0 or result.reason == "heal"
-        if result.reason != "heal":
-            seconds = coordinator.seconds_before + result.seconds
-            logger.final({"hparams/final_mean_return": result.mean_return,
-                          "hparams/steps_to_target": result.global_step if result.reason == "target" else None,
-                          "hparams/wall_seconds": seconds, "hparams/SPS": result.global_step / seconds},
-                         result.global_step + 1)  # past the final checkpoint's step: a --resume purges it, and writes its own
+        outcome = coordinator.run(resume)
+        control.peers_lost = outcome.lost_actors > 0 or outcome.reason == "heal"
+        if outcome.reason != "heal":
+            seconds = coordinator.seconds_before + outcome.seconds
+            logger.final({"hparams/final_mean_return": outcome.mean_return,
+                          "hparams/steps_to_target": outcome.global_step if outcome.reason == "target" else None,
+                          "hparams/wall_seconds": seconds, "hparams/SPS": outcome.global_step / seconds},
+                         outcome.global_step + 1)  # past the final checkpoint's step: a --resume purges it, and writes its own
         learners.stop()
     finally:
         if coordinator.weights is not None:  # also on Ctrl-C or a NaN: the last good policy
             export_policy(cfg.run_dir / "policy.pt", coordinator.weights, info, cfg, learners.learner.specs)
         logger.close()
-    if result.reason == "heal":
+    if outcome.reason == "heal":
         return HEAL_EXIT
-    if result.reason == "target":
-        logger.print(f"solved: mean return {result.mean_return:.1f} over the last 100 episodes reached "
-                     f"{cfg.target_return:g} at step {result.global_step:,} (iteration {result.iterations}) "
-                     f"in {result.seconds:.1f}s, {result.steps / result.seconds:,.0f} steps/s")
+    if outcome.reason == "target":
+        logger.print(f"solved: mean return {outcome.mean_return:.1f} over the last {WINDOW} episodes reached "
+                     f"{cfg.target_return:g} at step {outcome.global_step:,} (iteration {outcome.iterations}) "
+                     f"in {outcome.seconds:.1f}s, {outcome.steps / outcome.seconds:,.0f} steps/s")
     else:
-        mean = "n/a" if result.mean_return is None else f"{result.mean_return:.1f}"
-        logger.print(f"step budget of {cfg.total_steps:,} reached at step {result.global_step:,} in {result.seconds:.1f}s "
-                     f"without reaching the target (mean return of the last 100 episodes: {mean})")
-    (cfg.run_dir / RESULT_FILE).write_text(json.dumps({  # what marl.train() returns; a sweep reads it too
-        "reason": result.reason, "global_step": result.global_step, "steps": result.steps, "seconds": result.seconds,
-        "mean_return": result.mean_return, "lost_actors": result.lost_actors, "iterations": result.iterations}) + "\n")
-    if result.lost_actors:
+        mean = "n/a" if outcome.mean_return is None else f"{outcome.mean_return:.1f}"
+        logger.print(f"step budget of {cfg.total_steps:,} reached at step {outcome.global_step:,} in {outcome.seconds:.1f}s "
+                     f"without reaching the target (mean return of the last {WINDOW} episodes: {mean})")
+    result.save(cfg.run_dir, outcome)  # what marl.train() returns; the benches and sweeps read it too
+    if outcome.lost_actors:
         healed = f" after {control.restarts_done} restart(s), all --max-restarts used" if control.restarts_allowed else ""
-        logger.print(f"ran degraded: {result.lost_actors} of {cfg.actors} actors failed during the run{healed} (see above)")
+        logger.print(f"ran degraded: {outcome.lost_actors} of {cfg.actors} actors failed during the run{healed} (see above)")
     logger.print(f"logs: tensorboard --logdir {cfg.logdir}   (run {cfg.run_name})")
     return 0

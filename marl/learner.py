@@ -1,10 +1,10 @@
-"""Learner: the policy sharded with FSDP2 over the learner ranks, and the PPO update.
+"""Learner: one learner rank's part of training, the policies sharded over the ranks (marl.sharding),
+and the algorithm's update on that rank's env slots.
 
-`parallelize` shards a plain model (TorchTitan's split: the model knows nothing of FSDP).
-`Learner` is one rank's half of an update. Learner rank 0 hosts the coordinator, which drives
-the other ranks through `LearnerGroup`; ranks > 0 run `follow`. Each command goes out as a
-broadcast header, so every rank enters every collective (FSDP's, the state-dict gather) in
-the same order. Nothing here knows about RPC or actors.
+Learner rank 0 hosts the coordinator, which drives the other ranks through `LearnerGroup`; ranks > 0
+run `follow`. Both ends speak `marl.collectives`' commands, so that every rank enters every
+collective (FSDP's, the metrics' all-reduce, the state-dict gather, the checkpoint) in the same
+order. Nothing here knows about RPC or actors.
 """
 
 from __future__ import annotations
@@ -13,113 +13,30 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from envs import EnvInfo
-from marl import checkpoint, distributions
+from marl import checkpoint, collectives, distributions
 from marl.algorithms import make_algorithm
 from marl.algorithms.base import learning_rate
+from marl.collectives import Command, CommandChannel, Order
 from marl.config import Config
 from marl.errors import NonFiniteError
-from marl.models import PolicySet, build_model, network_of
+from marl.models import build_model, network_of
 from marl.normalize import RewardScaler
 from marl.policies import PolicySpec, specs_of
-from marl.specs import cat, get, leaves, put, time_length, trajectory_fields, tree_map
+from marl.sharding import MIN_BLOCK_PARAMS, parallelize
+from marl.specs import cat, trajectory_fields, tree_map
 from marl.trajectory import flatten_valid, from_sequences, sequences, to_sequences
 
-_STOP, _TRAIN, _GATHER, _SAVE = 0, 1, 2, 3
-
-
-
-# A block gets its own FSDP unit only if it is at least this big. Each unit costs an all-gather and
-# a reduce-scatter per step; below about a million parameters that fixed cost outweighs what
-# sharding saves (a 64-64 MLP step measured 6.2 ms with a unit per block, 3.9 ms with the root
-# alone, 2.9 ms unsharded, 1 rank, CPU). Size-based wrapping is FSDP's usual auto-wrap rule.
-MIN_BLOCK_PARAMS = 1_000_000
-
-
-def _replace(root: nn.Module, target: nn.Module, new: nn.Module) -> None:
-    """Put `new` where `target` sits in `root`'s tree."""
-    for name, module in root.named_modules():
-        if module is target:
-            parent, _, attr = name.rpartition(".")
-            setattr(root.get_submodule(parent), attr, new)
-            return
-    raise ValueError("module not found in the model")
-
-
-def parallelize(model: PolicySet, mesh: DeviceMesh | None, precision: str, min_block_params: int = MIN_BLOCK_PARAMS,
-                activation_checkpointing: bool = False) -> PolicySet:
-    """Optionally checkpoint each block's activations, then shard each block big enough to be worth
-    it, then the root (which takes every other parameter): TorchTitan's order, AC before FSDP.
-    The blocks are what a built-in network declares, or for a user's network the submodules that
-    FSDP's size-based rule picks (`PolicySet.blocks`). With no mesh, only the activation
-    checkpointing is applied."""
-    # Imported here, not at the top: a single fp32 learner rank needs neither.
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
-    blocks = model.blocks(min_block_params)
-    if activation_checkpointing:
-        # Recompute each block's activations in backward instead of keeping them from forward.
-        wrapped = []
-        for block in blocks:
-            new = checkpoint_wrapper(block, preserve_rng_state=False)
-            _replace(model, block, new)
-            wrapped.append(new)
-        blocks = wrapped
-    if mesh is None:
-        return model
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    if precision == "bf16":
-        # Sharded master weights stay fp32 and gradients reduce in fp32; only compute is bf16.
-        # Blocks hand bf16 on to the next layer; the root returns fp32 for the loss.
-        block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        # A network that normalises its observations (--norm-obs) takes them in fp32: in bf16 an offset
-        # large against the spread would be rounded away before the normaliser could take it off.
-        root_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.float32,
-                                       cast_forward_inputs=not model.normalises_inputs)
-    else:
-        block_mp = root_mp = MixedPrecisionPolicy()
-    for block in blocks:
-        if sum(p.numel() for p in block.parameters()) >= min_block_params:
-            fully_shard(block, mesh=mesh, mp_policy=block_mp)
-    fully_shard(model, mesh=mesh, mp_policy=root_mp)
-    return model
-
-
-class TrainState:
-    """What a learner rank checkpoints, as a `torch.distributed.checkpoint` Stateful: the model's
-    and the optimizer's (sharded) state and this rank's sampling generator. The checkpointer sees
-    only `state_dict` / `load_state_dict` (TorchTitan's rule), never a learner's attributes."""
-
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, generators: tuple[torch.Generator, ...],
-                 rank: int, extra: dict | None = None):
-        """`extra`: more Statefuls by key, the same on every rank (the reward scalers)."""
-        self.model, self.optimizer, self.generators = model, optimizer, generators
-        self.rng_keys = [f"rng{i}.learner{rank}" for i in range(len(generators))]
-        self.extra = extra or {}
-
-    def state_dict(self) -> dict:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
-        # get_state_dict creates the optimizer's state (zeros) so that a load has tensors to load into.
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        return {"model": model_sd, "optim": optim_sd, **{k: g.get_state() for k, g in zip(self.rng_keys, self.generators)},
-                **{k: v.state_dict() for k, v in self.extra.items()}}
-
-    def load_state_dict(self, state: dict) -> None:
-        from torch.distributed.checkpoint.state_dict import set_state_dict
-
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        # A rank the saving run did not have keeps the fresh seed it was given (checkpoint.load).
-        for key, g in zip(self.rng_keys, self.generators):
-            g.set_state(state[key])
-        for key, v in self.extra.items():  # a checkpoint without them (--norm-reward turned on) keeps their start
-            v.load_state_dict(state[key])
+__all__ = ["Learner", "LearnerGroup", "follow", "parallelize", "save", "MIN_BLOCK_PARAMS"]
 
 
 class Learner:
+    """One learner rank: its shard of every policy's network and of the optimizer, the algorithm,
+    and what it checkpoints (`state`). Every method that touches the model is a collective: every
+    rank calls it, in the same order."""
+
     def __init__(self, cfg: Config, info: EnvInfo, group: dist.ProcessGroup, device: torch.device,
                  min_block_params: int = MIN_BLOCK_PARAMS):
         self.cfg, self.info, self.group, self.device = cfg, info, group, device
@@ -151,8 +68,9 @@ class Learner:
         self.cut_generator = torch.Generator().manual_seed(cfg.seed + 7_919 * self.rank)
         # --norm-reward: each policy's statistics of the discounted return, checkpointed with the rank's state.
         self.reward_scalers = {s.name: RewardScaler(cfg.clip_reward, device) for s in self.specs} if cfg.norm_reward else {}
-        self.state = TrainState(self.model, self.optimizer, (self.generator, self.cut_generator), self.rank,
+        self.state = checkpoint.TrainState(self.model, self.optimizer, (self.generator, self.cut_generator), self.rank,
                                 {f"reward_norm.{name}": r for name, r in self.reward_scalers.items()})
+        self.commands = CommandChannel(group, device, cfg.actors, len(self.specs))
         if cfg.resume:
             checkpoint.load(self.state, Path(cfg.resume), self.group)  # a collective, like everything a Learner does
 
@@ -376,6 +294,13 @@ class Learner:
         dist.all_reduce(stacked, group=self.group)
         return dict(zip(names, (stacked / self.world).tolist()))
 
+    def scatter(self, spec: PolicySpec, T: int, per_rank: int, packed: dict | None = None) -> dict:
+        """This rank's env slots of policy `spec`'s trajectories (`marl.collectives.scatter`): rank 0
+        passes the packed batch, the others receive."""
+        fields = trajectory_fields(spec, self.state_sizes[spec.name], self.cfg.norm_reward)
+        return collectives.scatter(fields, len(spec.agents), T, self.cfg.seq_len, per_rank, self.group, self.device,
+                                   packed)
+
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Unsharded CPU weights (a collective: every rank calls it; rank 0 receives them)."""
         if not self.sharded:
@@ -410,36 +335,6 @@ def _valid_steps(s: dict, x: torch.Tensor) -> torch.Tensor:
     return x[s["valid"]] if "valid" in s else x
 
 
-def _scatter(learner: Learner, spec: PolicySpec, T: int, per_rank: int, traj: dict | None = None) -> dict:
-    """This rank's `per_rank` env slots of one policy's trajectories: rank 0 passes them all
-    ([T, slots, n, ...], `next_value` [slots, n], `core_state` [C, slots, n, S]), the others
-    receive. Every field of `trajectory_fields` goes, in the same order on every rank."""
-    shard: dict = {}
-    n = len(spec.agents)
-    for name, (shape, dtype) in leaves(trajectory_fields(spec, learner.state_sizes[spec.name], learner.cfg.norm_reward)):
-        length = time_length(name, T, learner.cfg.seq_len)
-        timed = length is not None
-        lead = (length, per_rank, n) if timed else (per_rank, n)
-        out = torch.empty((*lead, *shape), dtype=dtype, device=learner.device)
-        chunks = None
-        if traj is not None:
-            chunks = [c.to(learner.device).contiguous() for c in get(traj, name).split(per_rank, dim=1 if timed else 0)]
-        dist.scatter(out, chunks, group=learner.group, group_src=0)
-        put(shard, name, out)
-    return shard
-
-
-def _pieces(bounds: list[int], rank: int, per_rank: int) -> list[tuple[int, int]]:
-    """The rank's slots [rank * per_rank, (rank + 1) * per_rank) cut at the rollouts' boundaries, local to it."""
-    lo, hi = rank * per_rank, (rank + 1) * per_rank
-    out = []
-    for a, b in zip(bounds, bounds[1:]):
-        a, b = max(a, lo), min(b, hi)
-        if a < b:
-            out.append((a - lo, b - lo))
-    return out
-
-
 def save(learner: Learner, iteration: int, trainer: dict | None = None) -> Path:
     """Every rank's part of a checkpoint; rank 0 adds the coordinator's `trainer` state and what
     it takes to check a resume against (see marl.checkpoint)."""
@@ -453,19 +348,12 @@ def save(learner: Learner, iteration: int, trainer: dict | None = None) -> Path:
 
 class LearnerGroup:
     """Rank 0's handle on all learner ranks: sends each rank whole env slots of the trajectories,
-    gathers weights, checkpoints. It computes no targets: every rank computes its own."""
+    gathers weights, checkpoints, each behind a command that `follow` carries out on the other
+    ranks. It computes no targets: every rank computes its own."""
 
     def __init__(self, learner: Learner):
         self.learner = learner
-        # [command, arg, number of rollouts, their slot boundaries, then each policy's T]: a fixed size every rank knows.
-        self.size = 3 + (learner.cfg.actors + 1) + len(learner.specs)
-
-    def _header(self, command: int, arg: int = 0, bounds: list[int] | None = None, steps: list[int] | None = None) -> None:
-        bounds = bounds or [0]
-        cap = self.learner.cfg.actors + 1
-        values = [command, arg, len(bounds), *bounds, *[0] * (cap - len(bounds)), *(steps or [0] * len(self.learner.specs))]
-        dist.broadcast(torch.tensor(values, dtype=torch.float64, device=self.learner.device), group=self.learner.group,
-                       group_src=0)
+        self.commands = learner.commands
 
     def update(self, trajectories: list[dict[str, dict]], global_step: int) -> tuple[dict[str, float], int]:
         """One update on the rollouts' trajectories (a dict of policy -> trajectory per rollout, on
@@ -475,79 +363,45 @@ class LearnerGroup:
         count), time-major, each rollout padded with invalid steps to the longest.
         """
         learner = self.learner
-        L = learner.world
-        copies = [trajectories_of["valid"].shape[1] for trajectories_of in (t[learner.specs[0].name] for t in trajectories)]
-        bounds = [0]
-        for c in copies:
-            bounds.append(bounds[-1] + c)
-        per_rank = -(-bounds[-1] // L)
+        bounds = collectives.slot_bounds([t[learner.specs[0].name]["valid"].shape[1] for t in trajectories])
+        per_rank = collectives.slots_per_rank(bounds, learner.world)
         steps, packed = [], {}
         for spec in learner.specs:
             parts = [t[spec.name] for t in trajectories]
-            T = max(p["valid"].shape[0] for p in parts)
-            steps.append(T)
-            packed[spec.name] = _pack(parts, per_rank * L)
-        self._header(_TRAIN, global_step, bounds, steps)
-        own = {spec.name: _scatter(learner, spec, T, per_rank, packed[spec.name]) for spec, T in zip(learner.specs, steps)}
-        return learner.update(own, global_step, _pieces(bounds, 0, per_rank))
+            steps.append(max(p["valid"].shape[0] for p in parts))
+            packed[spec.name] = collectives.pack(parts, per_rank * learner.world)
+        self.commands.send(Order(Command.TRAIN, global_step, bounds, steps))
+        own = {spec.name: learner.scatter(spec, T, per_rank, packed[spec.name]) for spec, T in zip(learner.specs, steps)}
+        return learner.update(own, global_step, collectives.slot_ranges(bounds, 0, per_rank))
 
     def gather(self) -> dict[str, torch.Tensor]:
-        self._header(_GATHER)
+        self.commands.send(Order(Command.GATHER))
         return self.learner.full_state_dict()
 
     def save(self, iteration: int, trainer: dict) -> Path:
         """Checkpoint every rank's shard and rank 0's `trainer` state (see marl.checkpoint)."""
-        self._header(_SAVE, iteration)
+        self.commands.send(Order(Command.SAVE, iteration))
         return save(self.learner, iteration, trainer)
 
     def stop(self) -> None:
-        self._header(_STOP)
-
-
-def _pack(parts: list[dict], slots: int) -> dict:
-    """Rollouts' trajectories side by side on the slot axis: [T, slots, n, ...], shorter ones and
-    the padding slots filled with invalid steps (zeros; `valid` False). A recurrent policy's
-    `core_state` [C, ...] is padded to the most chunks, as the steps are to the most steps."""
-    out: dict = {}
-    for name, _ in leaves(parts[0]):
-        timed = name != "next_value"
-        length = max(get(p, name).shape[0] for p in parts) if timed else None
-        tensors = []
-        for p in parts:
-            x = get(p, name)
-            if timed and x.shape[0] < length:
-                x = torch.cat([x, x.new_zeros((length - x.shape[0], *x.shape[1:]))])
-            tensors.append(x)
-        x = torch.cat(tensors, dim=1 if timed else 0)
-        have = x.shape[1 if timed else 0]
-        if have < slots:
-            pad = list(x.shape)
-            pad[1 if timed else 0] = slots - have
-            x = torch.cat([x, x.new_zeros(pad)], dim=1 if timed else 0)
-        put(out, name, x)
-    return out
+        self.commands.send(Order(Command.STOP))
 
 
 def follow(learner: Learner) -> None:
-    """Learner ranks > 0: do what rank 0's LearnerGroup broadcasts, until it says stop."""
-    cap = learner.cfg.actors + 1
-    header = torch.empty(3 + cap + len(learner.specs), dtype=torch.float64, device=learner.device)
+    """Learner ranks > 0: do what rank 0's LearnerGroup orders, until it says stop."""
     while True:
-        dist.broadcast(header, group=learner.group, group_src=0)
-        command, arg, nb = int(header[0]), int(header[1]), int(header[2])
-        if command == _STOP:
+        order = learner.commands.receive()
+        if order.command == Command.STOP:
             return
-        if command == _GATHER:
+        if order.command == Command.GATHER:
             learner.full_state_dict()
             continue
-        if command == _SAVE:
-            save(learner, arg)
+        if order.command == Command.SAVE:
+            save(learner, order.arg)
             continue
-        bounds = header[3:3 + nb].long().tolist()
-        steps = header[3 + cap:].long().tolist()
-        per_rank = -(-bounds[-1] // learner.world)
-        own = {spec.name: _scatter(learner, spec, T, per_rank) for spec, T in zip(learner.specs, steps)}
+        per_rank = collectives.slots_per_rank(order.bounds, learner.world)
+        own = {spec.name: learner.scatter(spec, T, per_rank) for spec, T in zip(learner.specs, order.steps)}
         try:
-            learner.update(own, arg, _pieces(bounds, learner.rank, per_rank))
+            learner.update(own, order.arg, collectives.slot_ranges(order.bounds, learner.rank, per_rank))
         except NonFiniteError:
             return  # rank 0 met the same global norm and reports it

@@ -11,7 +11,8 @@ from torch.distributed.fsdp import FSDPModule
 
 from envs import describe
 from marl.config import Config
-from marl.learner import MIN_BLOCK_PARAMS, Learner, LearnerGroup, follow
+from marl.learner import Learner, LearnerGroup, follow
+from marl.sharding import MIN_BLOCK_PARAMS
 from marl.specs import example_trajectory
 from tests.ranks import run_ranks
 
@@ -57,21 +58,35 @@ def one_step(world: int, precision: str, tmp_path, min_block_params: int = 0, ac
     return torch.load(out)
 
 
+def assert_same_update(one: dict, two: dict, rel: float) -> None:
+    """Both runs started from the same weights, moved every tensor, and moved it the same way: the
+    2-rank update differs from the 1-rank update by at most `rel` of the 1-rank update's size, per
+    tensor. (A step moves a weight by about the learning rate, so a tolerance on the weights
+    themselves would pass a step that went anywhere.)"""
+    assert one["before"].keys() == two["before"].keys() == one["after"].keys() == two["after"].keys()
+    for key in one["before"]:
+        torch.testing.assert_close(one["before"][key], two["before"][key], rtol=0, atol=0)
+        d1 = (one["after"][key] - one["before"][key]).double()
+        d2 = (two["after"][key] - two["before"][key]).double()
+        assert d1.abs().max() > 0 and d2.abs().max() > 0, f"{key} did not move"
+        off = float((d2 - d1).norm() / d1.norm())
+        assert off <= rel, f"{key}: the 2-rank update is off the 1-rank update by {off:.2e} of its size (> {rel:g})"
+
+
+# Measured (CPU, gloo): fp32 at most 2e-6 of a tensor's update apart, bf16 at most 3.3e-3.
+REL = {"fp32": 1e-4, "bf16": 1e-2}
+
+
 @pytest.mark.parametrize("precision, tol, min_block_params, agents", [
-    ("fp32", 1e-6, 0, 1), ("bf16", 2e-2, 0, 1), ("fp32", 1e-6, MIN_BLOCK_PARAMS, 1), ("fp32", 1e-6, 0, 2)],
+    ("fp32", 1e-6, 0, 1), ("bf16", 1e-2, 0, 1), ("fp32", 1e-6, MIN_BLOCK_PARAMS, 1), ("fp32", 1e-6, 0, 2)],
     ids=["fp32", "bf16", "root-only", "two-policies"])
 def test_two_ranks_take_the_same_step_as_one(precision, tol, min_block_params, agents, tmp_path):
     one = one_step(1, precision, tmp_path, min_block_params, agents=agents)
     two = one_step(2, precision, tmp_path, min_block_params, agents=agents)
     assert one["used"] == two["used"] == 64 * agents
-    for key in one["before"]:
-        torch.testing.assert_close(one["before"][key], two["before"][key], rtol=0, atol=0)  # same start
-    moved = 0
     for key in one["after"]:
-        assert one["after"][key].dtype == torch.float32  # master weights stay fp32 under bf16
-        torch.testing.assert_close(two["after"][key], one["after"][key], rtol=tol, atol=tol)
-        moved += int(not torch.equal(one["after"][key], one["before"][key]))
-    assert moved == len(one["after"])  # the step really changed every tensor
+        assert one["after"][key].dtype == two["after"][key].dtype == torch.float32  # master weights stay fp32 under bf16
+    assert_same_update(one, two, REL[precision])
     # Clipping used the same global norm (over both ranks' shards), and it was active.
     assert two["metrics"]["grad_norm"] == pytest.approx(one["metrics"]["grad_norm"], rel=tol, abs=tol)
     assert one["metrics"]["grad_norm"] > CFG.max_grad_norm
@@ -169,7 +184,7 @@ def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
         cfg = dataclasses.replace(CFG, core=core, core_size=16, seq_len=8, activation_checkpointing="ac" in extra,
                                   algo="appo" if "appo" in extra else "ppo",
                                   precision="bf16" if "bf16" in extra else "fp32", norm_obs="normalised" in extra)
-        tol = 2e-2 if "bf16" in extra else tol
+        tol = REL["bf16"] if "bf16" in extra else tol
     elif network == "cnn":
         pytest.importorskip("minigrid")
         cfg = dataclasses.replace(CFG, env="MiniGrid-Empty-5x5-v0")
@@ -189,12 +204,7 @@ def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
         results.append(torch.load(out))
     one, two = results
     assert one["used"] == two["used"] == 64
-    moved = 0
-    for key in one["after"]:
-        torch.testing.assert_close(one["before"][key], two["before"][key], rtol=0, atol=0)
-        torch.testing.assert_close(two["after"][key], one["after"][key], rtol=tol, atol=tol / 10)
-        moved += int(not torch.equal(one["after"][key], one["before"][key]))
-    assert moved == len(one["after"])
+    assert_same_update(one, two, REL[cfg.precision])
     assert two["metrics"]["grad_norm"] == pytest.approx(one["metrics"]["grad_norm"], rel=tol)
     if network == "cnn":
         assert any(".cnns.image.convs." in k for k in one["after"])

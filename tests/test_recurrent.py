@@ -92,7 +92,8 @@ def _replay(rank: int, world: int, cfg: Config, out: str, break_resets: bool, pa
 
     from marl import trajectory
     from marl.actor import RolloutWorker
-    from marl.learner import Learner, _pack, _pieces
+    from marl.collectives import pack, slot_bounds, slot_ranges, slots_per_rank
+    from marl.learner import Learner
     from marl.specs import tree_map
 
     sys.path.insert(0, path)  # where the README's recurrent network was written
@@ -112,15 +113,14 @@ def _replay(rank: int, world: int, cfg: Config, out: str, break_resets: bool, pa
 
     def share(rollouts):
         """This rank's whole env slots, as LearnerGroup.update cuts them."""
-        copies = [r.trajectories[learner.specs[0].name]["valid"].shape[1] for r in rollouts]
-        bounds = [0, *torch.tensor(copies).cumsum(0).tolist()]
-        per = -(-bounds[-1] // world)
+        bounds = slot_bounds([r.trajectories[learner.specs[0].name]["valid"].shape[1] for r in rollouts])
+        per = slots_per_rank(bounds, world)
         own = {}
         for spec in learner.specs:
-            packed = _pack([r.trajectories[spec.name] for r in rollouts], per * world)
+            packed = pack([r.trajectories[spec.name] for r in rollouts], per * world)
             own[spec.name] = tree_map(lambda v: v[:, rank * per:(rank + 1) * per], packed)
             own[spec.name]["next_value"] = packed["next_value"][rank * per:(rank + 1) * per]
-        return own, _pieces(bounds, rank, per)
+        return own, slot_ranges(bounds, rank, per)
 
     # A big-step update first: at the initial weights the logits are near 0 and a wrong state barely shows.
     own, pieces = share(rollouts)

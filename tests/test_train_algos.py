@@ -4,11 +4,35 @@ in tests/test_api.py: the default run from Python and from the command line)."""
 
 from __future__ import annotations
 
+import math
 import re
+from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import read_scalars
+
+
+def initial_and_final_weights(run_dir: Path, seed: int) -> tuple[dict, dict]:
+    """The weights a run started from (built as the learner builds them: `build_model` of the
+    exported specs and network, under `torch.manual_seed(seed)`) and the ones it exported."""
+    from marl.models import build_model
+    from marl.policy_file import load_policy
+
+    model, specs, payload = load_policy(run_dir / "policy.pt")
+    torch.manual_seed(seed)
+    return build_model(specs, payload["network"]).state_dict(), payload["state_dict"]
+
+
+def assert_every_weight_moved(run_dir: Path, seed: int, part: str) -> None:
+    """Every tensor of the network whose name holds `part` left its initial value in training."""
+    start, end = initial_and_final_weights(run_dir, seed)
+    keys = [k for k in end if part in k]
+    assert keys, f"no {part} in {sorted(end)}"
+    for key in keys:
+        assert start[key].shape == end[key].shape
+        assert not torch.equal(start[key], end[key]), f"{key} never moved"
 
 
 def test_appo_solves_cartpole_in_async_mode(train):
@@ -41,5 +65,11 @@ def test_vtrace_algorithms_with_mapping_central_critic_and_two_learners(train, a
 
 def test_impala_trains_a_cnn(train):
     pytest.importorskip("minigrid")
-    r = train("--env", "MiniGrid-Empty-5x5-v0", "--algo", "impala", "--total-steps", "3000", "--run-name", "grid")
+    r = train("--env", "MiniGrid-Empty-5x5-v0", "--algo", "impala", "--total-steps", "3000", "--seed", "1",
+              "--run-name", "grid")
     assert r.returncode == 0, r.stderr[-3000:]
+    assert_every_weight_moved(train.logdir / "grid", 1, ".convs.")  # the image's CNN was built, and trained
+    scalars = read_scalars(train.logdir / "grid")
+    for name in ("policy_loss", "value_loss", "entropy", "grad_norm"):
+        values = [v for _, v in scalars[f"losses/{name}"]]
+        assert values and all(math.isfinite(v) for v in values), (name, values)

@@ -51,14 +51,52 @@ def test_the_pendulum_preset_learns_and_its_statistics_are_saved_and_resumed(tra
     assert norm_count(run) > before  # the resumed run went on from the saved statistics, not from zero
 
 
-def test_tanh_squashed_box_actions_train_and_play_and_the_defaults_point_at_the_preset(train):
+def test_tanh_squashed_box_actions_train_and_play_and_the_defaults_point_at_the_preset(train, monkeypatch):
     r = train("--env", "Pendulum-v1", "--agents", "2", "--action-dist", "tanh_gaussian", "--total-steps", "3000",
               "--run-name", "tanh")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "start from a preset: --config configs/pendulum.toml" in r.stdout
     payload = torch.load(train.logdir / "tanh" / "policy.pt", weights_only=True)
     assert payload["policies"][0]["action"]["kind"] == "tanh_gaussian"
+    acts_with_the_squashed_density(payload, monkeypatch)
     evaluates(train, train.logdir / "tanh")
+
+
+def acts_with_the_squashed_density(payload: dict, monkeypatch) -> None:
+    """An actor with the trained weights records, for every step, the log-density of the env's
+    action a = low + (tanh(u) + 1) (high - low) / 2, not of the Gaussian sample u; and every action
+    the env itself is given is inside Pendulum's bounds [-2, 2] (which Pendulum would clip to, unseen)."""
+    import dataclasses
+
+    import numpy as np
+    from gymnasium.envs.classic_control.pendulum import PendulumEnv
+
+    given = []
+    step = PendulumEnv.step
+    monkeypatch.setattr(PendulumEnv, "step", lambda env, action: (given.append(np.asarray(action)), step(env, action))[1])
+
+    from envs import describe
+    from marl import distributions
+    from marl.actor import RolloutWorker
+    from marl.config import Config
+    from marl.policies import specs_of
+
+    cfg = dataclasses.replace(Config(), env="Pendulum-v1", agents=2, action_dist="tanh_gaussian", num_steps=64)
+    info = describe(cfg.env, cfg.agents)
+    (spec,) = specs_of(cfg, info)
+    worker = RolloutWorker(cfg, info, 0)
+    t = worker.collect(0, payload["state_dict"]).trajectories[spec.name]
+    u, logp = t["actions"][t["valid"]], t["logprobs"][t["valid"]]
+    with torch.no_grad():
+        pd, _, _ = worker.policy.policies[spec.name]({k: v[t["valid"]] for k, v in t["obs"].items()}, None)
+    base = distributions.make(spec.action, pd)  # a Gaussian of u (TanhGaussian is one), its log-std already bounded
+    gaussian = torch.distributions.Normal(base.mean, base.log_std.exp()).log_prob(u).sum(-1)
+    half = (torch.tensor(spec.action.high) - torch.tensor(spec.action.low)) / 2
+    log_det = torch.log(half * (1 - torch.tanh(u.double()) ** 2)).sum(-1).float()
+    torch.testing.assert_close(logp, gaussian - log_det, rtol=1e-4, atol=1e-4)
+    assert (logp - gaussian).abs().max() > 0.1  # the correction is there: a plain Gaussian's would not match
+    a = np.concatenate([g.ravel() for g in given])
+    assert len(a) >= u.shape[0] and a.min() >= -2 and a.max() <= 2 and a.max() - a.min() > 0.5, (len(a), a.min(), a.max())
 
 
 def test_continuous_simple_spread_trains_under_mappo_with_tanh_and_normalised_observations(train):

@@ -69,14 +69,23 @@ def test_first_party_envs_train_to_their_optimum(train, env, kwargs, target):
 
 def test_atari_trains_with_the_nature_cnn_on_uint8_frames(train):
     pytest.importorskip("ale_py")
+    from marl.policy_file import load_policy
+    from marl.specs import trajectory_fields
+    from tests.test_train_algos import assert_every_weight_moved
+
     r = train("--env", "ALE/Pong-v5", "--wrappers", "atari", "--agents", "1", "--envs-per-actor", "2",
-              "--num-steps", "32", "--total-steps", "256", "--hidden-sizes", "64", "--run-name", "pong")
+              "--num-steps", "32", "--total-steps", "256", "--hidden-sizes", "64", "--seed", "1", "--run-name", "pong")
     assert r.returncode == 0, r.stderr[-3000:]
-    payload = torch.load(train.logdir / "pong" / "policy.pt", weights_only=True)
+    _, (spec,), payload = load_policy(train.logdir / "pong" / "policy.pt")
     leaf = payload["policies"][0]["obs"][0]
     assert (tuple(leaf["shape"]), leaf["dtype"]) == ((4, 84, 84), "uint8")  # from ale_py's own vector env
-    conv = payload["state_dict"]["policies.shared.encoder.cnns.obs.convs.0.weight"]
-    assert conv.shape == (32, 4, 8, 8)  # the Nature-DQN CNN's first layer
+    # What actors send and the learner ranks scatter for this spec: the frames stay bytes all the way.
+    shape, dtype = trajectory_fields(spec)["obs"]["obs"]
+    assert (tuple(shape), dtype) == ((4, 84, 84), torch.uint8)
+    convs = {k: v.shape for k, v in payload["state_dict"].items() if ".cnns.obs.convs." in k and k.endswith("weight")}
+    # The Nature-DQN CNN (Mnih et al. 2015): 32 8x8 /4, 64 4x4 /2, 64 3x3 /1.
+    assert sorted(convs.values()) == sorted([(32, 4, 8, 8), (64, 32, 4, 4), (64, 64, 3, 3)]), convs
+    assert_every_weight_moved(train.logdir / "pong", 1, ".cnns.obs.convs.")
 
 
 def readme_example(recurrent: bool = False) -> str:
