@@ -64,7 +64,7 @@ class PolicySource:
         s = critic_state(spec, state) if self.critic else None
         value = core = None
         if not self.critic:
-            params, core = net.act(flat, self.core[g].reshape(-1, size), fresh.reshape(-1))
+            params, core = net.act(flat, self.core[g].reshape(fresh.numel(), size), fresh.reshape(-1))
         elif size:
             # One step of the sequence API: a batched call over every agent slot.
             s_flat = None if s is None else s.reshape(1, -1, spec.state_dim)

@@ -49,8 +49,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args, unknown = parser.parse_known_args(argv)
     flags = [a.split("=", 1)[0] for a in unknown if a.startswith("--")]
     if flags:
-        names = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
-        close = difflib.get_close_matches(flags[0], names, n=1)
+        names = [o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
+        # An abbreviation (what argparse would have taken) first, then a near spelling.
+        close = [n for n in names if n.startswith(flags[0])][:1] or difflib.get_close_matches(flags[0], names, n=1)
         raise UsageError(f"unknown flag {flags[0]}" + (f"; did you mean {close[0]}?" if close else " (see --help)"))
     if unknown:
         raise UsageError(f"unexpected argument {unknown[0]!r}: one run directory, every value after its flag (see --help)")
