@@ -135,13 +135,13 @@ class FrameRecorder(Recorder):
     Call `grab()` once after the reset; the runner calls it after each step."""
 
     def __init__(self, env, episodes: int):
-        self.env, self.episodes = env, episodes
+        self.env, self.wanted = env, episodes  # not `episodes`: that name is the runner's hook
         self.done: list[list] = []
         self.current: list = []
 
     @property
     def full(self) -> bool:
-        return len(self.done) >= self.episodes
+        return len(self.done) >= self.wanted
 
     def stepped(self) -> None:
         self.grab()
