@@ -298,7 +298,7 @@ class Coordinator:
         seed = 1_000_003 + cfg.seed * 7_919 + self.iteration  # never the training envs' seeds
         if self.info.turn_based:
             table = versus_table(self.info, specs, lambda: policy_actor(model, specs, seed, False),
-                                 random_actor(seed + 1), cfg.eval_episodes, seed)
+                                 random_actor(seed + 1, specs), cfg.eval_episodes, seed)
             values = rate_scalars(table, "random")
             if self.opponents is not None:
                 table = versus_snapshots(self.info, specs, lambda: policy_actor(model, specs, seed, False),

@@ -11,7 +11,6 @@ the legal-move mask.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 # Game (the env id's last part) -> (the line length that wins, whether a move drops to the lowest empty
 # cell of a column: connect four's actions are columns, tic-tac-toe's are cells in row-major order).
@@ -69,12 +68,7 @@ def lookahead_move(planes: np.ndarray, legal: np.ndarray, k: int, gravity: bool,
 
 
 def lookahead_actor(env_id: str, seed: int):
-    """`act` for `marl.evaluate.play`: the one-step lookahead player on every agent slot given."""
-    k, gravity = line_game(env_id)
-    rng = np.random.default_rng(seed)
+    """The one-step lookahead player as an action source (marl.sources.LookaheadSource) on every agent slot."""
+    from marl.sources import LookaheadSource
 
-    def act(spec, obs, mask, starts):
-        boards = obs["observation"].numpy()
-        return torch.tensor([lookahead_move(b, m, k, gravity, rng) for b, m in zip(boards, mask.numpy())])
-
-    return act
+    return LookaheadSource(env_id, seed)

@@ -92,7 +92,7 @@ def test_episodes_continue_across_requests():
 def test_truncation_bootstraps_from_the_value_of_the_final_observation():
     # A 10-step time limit truncates every episode that survives it.
     w = make_worker(num_steps=40)
-    w.env = make_agent_batch(describe("CartPole-v1", 3, {"max_episode_steps": 10}), 2, [[0, 1, 2]])
+    w.runner.env = make_agent_batch(describe("CartPole-v1", 3, {"max_episode_steps": 10}), 2, [[0, 1, 2]])
     w._reset(0)
     _, tr = collect(w, weights())
     assert tr["truncated"].any()

@@ -1,0 +1,5 @@
+import sys
+
+from marl.evaluate.cli import main
+
+sys.exit(main())
