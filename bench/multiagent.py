@@ -98,8 +98,6 @@ def spread(values: list[float]) -> str:
 
 def run_case(case: str, seeds: int, budget: int | None, episodes: int, logdir: str,
              only: list[str] | None = None) -> dict[str, list[float]]:
-    import tomllib
-
     from envs import describe
     from marl.config import Config, parse_values
     from marl.evaluate import evaluate, random_returns
@@ -113,7 +111,7 @@ def run_case(case: str, seeds: int, budget: int | None, episodes: int, logdir: s
     info = describe(cfg.env, cfg.agents or None, cfg.env_kwargs)
     scores: dict[str, list[float]] = {}
     random = mean_return(random_returns(info, specs_of(cfg, info), episodes, seed=10_000))
-    steps = budget or tomllib.loads((ROOT / config).read_text())["total_steps"]
+    steps = budget or cfg.total_steps  # the preset's own, through its base
     for variant, extra in variants.items():
         scores[variant] = []
         for seed in range(1, seeds + 1):

@@ -116,7 +116,7 @@ class RolloutWorker:
         recorders = [self.recorder, returns]
         run = self.runner
         with torch.inference_mode():
-            if self.cfg.rollout == "steps":
+            if self.cfg.rollout != "episodes":  # "auto" resolves in run.prepare; a Config built by hand means steps
                 self.recorder.begin(self.cfg.num_steps)
                 steps = run.run(source, recorders, num_steps=self.cfg.num_steps, foreign=foreign, new_games=new_games)
             else:

@@ -510,6 +510,15 @@ def _add_flag(group, f: dataclasses.Field) -> None:
         group.add_argument(flag, metavar=metavar, choices=choices, **kw)
 
 
+def unknown_flag(parser: argparse.ArgumentParser, flag: str) -> UsageError:
+    """One line naming the flag meant: the only one `flag` abbreviates (what argparse's prefix
+    matching would have taken), else the nearest spelling."""
+    names = [o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
+    close = [n for n in names if n.startswith(flag)]
+    close = close if len(close) == 1 else difflib.get_close_matches(flag, names, n=1)
+    return UsageError(f"unknown flag {flag}" + (f"; did you mean {close[0]}?" if close else " (see --help)"))
+
+
 def parse_values(argv: list[str] | None = None) -> dict:
     """The fields the user set: the TOML file's, then the flags' (which win); not yet validated."""
     parser = build_parser()
@@ -521,9 +530,7 @@ def parse_values(argv: list[str] | None = None) -> dict:
             given = unknown[unknown.index(flags[0]) + 1] if flags[0] in unknown[:-1] else unknown[0].partition("=")[2]
             raise UsageError(f"{flags[0]} is renamed: use {_flag(new)} {values.get(given, 'tanh_gaussian')}")
         if flags:
-            names = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
-            close = difflib.get_close_matches(flags[0], names, n=1)
-            raise UsageError(f"unknown flag {flags[0]}" + (f"; did you mean {close[0]}?" if close else " (see --help)"))
+            raise unknown_flag(parser, flags[0])
         raise UsageError(f"unexpected argument {unknown[0]!r}: every value follows its flag, e.g. --agents 8 (see --help)")
     args = vars(known)
     values = load_toml(args.pop("config")) if "config" in args else {}

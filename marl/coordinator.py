@@ -25,7 +25,7 @@ from marl.config import Config
 from marl.control import HEAL_EXIT, RunControl, StartupClock
 from marl.errors import AllActorsLost, NonFiniteError
 from marl.learner import Learner, LearnerGroup
-from marl.logging import RunLogger
+from marl.logging import RunLogger, format_return
 from marl.opponents import OpponentPool
 from marl.policy_file import export_policy
 from marl.result import WINDOW, Result
@@ -410,9 +410,7 @@ class Coordinator:
             "perf/samples_per_update": used,
         }, global_step)
         mean = sum(recent) / len(recent) if recent else None
-        mean_text = f"{mean:7.1f}" if mean is not None else "    n/a"
-        log.print(f"iter {iteration:4d} | step {global_step:>10,} | {sps:>9,.0f} steps/s | "
-                  f"return {mean_text} (last {len(recent)}) | {elapsed:6.1f}s")
+        log.progress(iteration, global_step, sps, mean, len(recent), elapsed)
         if cfg.target_return is not None and len(recent) == WINDOW and mean >= cfg.target_return:
             return self._result("target", start, mean)
         if global_step >= cfg.total_steps:
@@ -461,11 +459,11 @@ def main(cfg: Config, info: EnvInfo, learner_group, device: torch.device, contro
     if outcome.reason == "heal":
         return HEAL_EXIT
     if outcome.reason == "target":
-        logger.print(f"solved: mean return {outcome.mean_return:.1f} over the last {WINDOW} episodes reached "
+        logger.print(f"solved: mean return {format_return(outcome.mean_return, cfg.target_return)} over the last {WINDOW} episodes reached "
                      f"{cfg.target_return:g} at step {outcome.global_step:,} (iteration {outcome.iterations}) "
                      f"in {outcome.seconds:.1f}s, {outcome.steps / outcome.seconds:,.0f} steps/s")
     else:
-        mean = "n/a" if outcome.mean_return is None else f"{outcome.mean_return:.1f}"
+        mean = format_return(outcome.mean_return, cfg.target_return)
         logger.print(f"step budget of {cfg.total_steps:,} reached at step {outcome.global_step:,} in {outcome.seconds:.1f}s "
                      f"without reaching the target (mean return of the last {WINDOW} episodes: {mean})")
     result.save(cfg.run_dir, outcome)  # what marl.train() returns; the benches and sweeps read it too

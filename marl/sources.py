@@ -86,7 +86,7 @@ class PolicySource:
             action, logprob = dist.sample(self.generator)
         shape = (self.copies, len(self.specs[g].agents))
         action = action.reshape(*shape, *self.specs[g].action.shape)
-        return Act(distributions.env_action(dist, action), action,
+        return Act(dist.to_env(action), action,
                    None if logprob is None else logprob.reshape(shape), value, s, before if core is not None else None)
 
 
@@ -114,7 +114,7 @@ class RandomSource:
         shape = (self.copies, len(spec.agents))
         pi = distributions.make(spec.action, distributions.uniform_params(spec.action, shape[0] * shape[1]), _flat(mask))
         action = pi.sample(self.generator)[0].reshape(*shape, *spec.action.shape)
-        return Act(distributions.env_action(pi, action), action)
+        return Act(pi.to_env(action), action)
 
 
 class LookaheadSource:

@@ -279,7 +279,7 @@ def test_connect_four_with_its_preset_beats_random_play(train):
 
 
 def test_turn_based_games_need_whole_game_requests_and_ppo(train):
-    r = train("--env", TICTACTOE, "--run-name", "steps")
+    r = train("--env", TICTACTOE, "--rollout", "steps", "--run-name", "steps")
     assert r.returncode == 2 and "pass --rollout episodes" in r.stderr and "Traceback" not in r.stderr
     r = train("--config", str(ROOT / "configs" / "tictactoe.toml"), "--algo", "appo", "--run-name", "appo")
     assert r.returncode == 2 and "use --algo ppo" in r.stderr

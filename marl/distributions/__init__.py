@@ -21,17 +21,12 @@ from marl.distributions import bernoulli, beta, categorical, gaussian, multicate
 from marl.distributions.base import REGISTRY, Distribution, lookup
 from marl.distributions.tanh_gaussian import LOG_STD_BOUNDS  # noqa: F401 - part of the public names
 
-__all__ = ["REGISTRY", "Distribution", "LOG_STD_BOUNDS", "env_action", "lookup", "make", "uniform_params"]
+__all__ = ["REGISTRY", "Distribution", "LOG_STD_BOUNDS", "lookup", "make", "uniform_params"]
 
 
 def make(spec: ActionSpec, params: torch.Tensor, mask: torch.Tensor | None = None) -> Distribution:
     """The distribution `spec.kind` names over the head's output `params` [B, num_params] (see each class)."""
     return lookup(spec.kind).from_params(spec, params, mask)
-
-
-def env_action(dist: Distribution, action: torch.Tensor) -> torch.Tensor:
-    """`dist.to_env(action)`, for callers written before distributions had it."""
-    return dist.to_env(action)
 
 
 def uniform_params(spec: ActionSpec, batch: int) -> torch.Tensor:

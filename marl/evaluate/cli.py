@@ -9,12 +9,11 @@ Exit code 2, with one line, for a mistyped flag, a run without a policy or a vid
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import sys
 from pathlib import Path
 
-from marl.config import UsageError, _Parser
+from marl.config import UsageError, _Parser, unknown_flag
 from marl.evaluate.play import evaluate, load_run
 from marl.evaluate.versus import pool_ids, versus
 from marl.recorders import RenderError
@@ -49,10 +48,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args, unknown = parser.parse_known_args(argv)
     flags = [a.split("=", 1)[0] for a in unknown if a.startswith("--")]
     if flags:
-        names = [o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
-        # An abbreviation (what argparse would have taken) first, then a near spelling.
-        close = [n for n in names if n.startswith(flags[0])][:1] or difflib.get_close_matches(flags[0], names, n=1)
-        raise UsageError(f"unknown flag {flags[0]}" + (f"; did you mean {close[0]}?" if close else " (see --help)"))
+        raise unknown_flag(parser, flags[0])
     if unknown:
         raise UsageError(f"unexpected argument {unknown[0]!r}: one run directory, every value after its flag (see --help)")
     if args.episodes < 1:

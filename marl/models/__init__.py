@@ -2,7 +2,7 @@
 
 A run's network is described by plain data (`network_of(cfg)`: the built-in's encoder and widths,
 or a `--model module:Class` with its kwargs), which checkpoints and `policy.pt` keep, so that any
-process can rebuild it. No model knows FSDP: the learner's `parallelize` shards `blocks()`.
+process can rebuild it. No model knows FSDP: `marl.sharding.parallelize` shards `blocks()`.
 """
 
 from __future__ import annotations

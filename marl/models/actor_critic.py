@@ -3,7 +3,7 @@ core (`--core gru|lstm`) -> MLP torsos -> heads (chosen by the action space).
 
 Separate actor and critic torsos, as CleanRL's ppo.py; an encoder with weights (a CNN) is shared
 by both, as CleanRL's Atari PPO and Sample Factory do, unless the critic reads an input of its own
-(MAPPO's global state). Plain PyTorch: the learner shards it (`learner.parallelize`), the actors
+(MAPPO's global state). Plain PyTorch: the learner shards it (`marl.sharding.parallelize`), the actors
 run a CPU copy as is. `blocks()` are the units FSDP2 may shard one by one.
 
 With a core, the actor and the critic each get their own (sb3-contrib's RecurrentPPO default and
