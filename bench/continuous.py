@@ -2,13 +2,14 @@
 progress lines and its end from its result.json.
 
 Cases (each `train.py --config <preset>` with `--seed s`, run to its whole budget):
-- pendulum: configs/pendulum.toml, 600k agent-steps. Reports, per seed, the first step at which the
+- pendulum (and pendulum_beta, the same with `--action-dist beta`): configs/pendulum.toml, 600k agent-steps. Reports, per seed, the first step at which the
   mean return of the last 100 episodes reached -250 (the goal: within 300k), that mean at 300k, its
   lowest after 300k and at the end (the goal: no collapse, every mean after 300k at -300 or above).
 - hopper, halfcheetah: configs/mujoco.toml on Hopper-v5 / HalfCheetah-v5, 1M agent-steps
   (`pip install -e '.[mujoco]'`). Reports the mean of the last 100 episodes at the end and the wall time.
 
     python bench/continuous.py --cases pendulum --seeds 5 --parallel 2
+    python bench/continuous.py --cases pendulum,pendulum_beta --seeds 5 --parallel 2   # Beta beside the Gaussian
     python bench/continuous.py --cases hopper,halfcheetah --seeds 3
     python bench/continuous.py --smoke               # CI: a tiny budget, 1 seed
 
@@ -37,6 +38,8 @@ from marl.result import Result  # noqa: E402
 
 CASES = {
     "pendulum": (["--config", "configs/pendulum.toml"], 600_000, 300_000, -250.0, -300.0),
+    # The same preset with the Beta policy (Chou et al. 2017) in place of the clipped Gaussian.
+    "pendulum_beta": (["--config", "configs/pendulum.toml", "--action-dist", "beta"], 600_000, 300_000, -250.0, -300.0),
     "hopper": (["--config", "configs/mujoco.toml", "--env", "Hopper-v5"], 1_000_000, None, None, None),
     "halfcheetah": (["--config", "configs/mujoco.toml", "--env", "HalfCheetah-v5"], 1_000_000, None, None, None),
 }
