@@ -20,6 +20,10 @@ def impala_loss(new_logprob: torch.Tensor, pg_advantages: torch.Tensor, new_valu
 
 
 class IMPALA:
+    """The paper's loss takes V-trace's advantages as they are: centring them (the learner's
+    --norm-adv) adds a baseline that the importance weights do not correct, which drives the policy
+    deterministic off-policy; configs/cartpole_impala.toml turns it off."""
+
     name = "impala"
     needs_current = True
     turn_based = False  # V-trace's recursion does not skip a waiting agent's steps yet
