@@ -11,7 +11,7 @@ from pathlib import Path
 
 from marl import result
 from marl.config import Config, UsageError, _suggest, check_batch, validate
-from marl.result import RESULT_FILE, WINDOW  # noqa: F401  RESULT_FILE: the coordinator's, until it writes by result.save
+from marl.result import WINDOW
 
 TrainResult = result.Result  # the public name of how a run ended (marl.TrainResult)
 
