@@ -37,11 +37,6 @@ class EnvInfo:
         return dict(self.env_kwargs)
 
     @property
-    def is_pettingzoo(self) -> bool:
-        """The agents are seats of one game (a PettingZoo env), not independent copies; see own_agents."""
-        return self.own_agents
-
-    @property
     def homogeneous(self) -> bool:
         return all(s == self.specs[0] for s in self.specs)
 

@@ -218,6 +218,6 @@ def test_each_kind_of_id_goes_to_its_own_backend():
     assert type(backend("pettingzoo:pettingzoo.classic.tictactoe_v3")) is PettingZooTurnBased
     assert not decides_agents("CartPole-v1") and decides_agents("pettingzoo:envs.coop_nav")
     info = describe("pettingzoo:pettingzoo.classic.tictactoe_v3")
-    assert info.turn_based and info.own_agents and info.is_pettingzoo and not describe("CartPole-v1", 2).own_agents
+    assert info.turn_based and info.own_agents and not describe("CartPole-v1", 2).own_agents
     with pytest.raises(EnvError, match="expected pettingzoo:<module>.<env>"):
         backend("pettingzoo:")  # a backend that knows the prefix refuses the rest in one line
