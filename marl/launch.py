@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import faulthandler
 import math
 import os
 import shutil
@@ -100,6 +101,8 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
     `rank0_main` replaces the coordinator's training loop on rank 0 (benchmarks drive the same
     processes differently); the other ranks do not change.
     """
+    # A crash in C++ (RPC, gloo) then leaves every thread's Python stack on stderr, not just a signal number.
+    faulthandler.enable()
     learners = learner_ranks(cfg.learners, world)
     role = role_name(rank, learners)
     _name_process(role)
