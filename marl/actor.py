@@ -13,6 +13,7 @@ import time
 import torch
 
 from envs import EnvInfo, make_agent_batch
+from marl.algorithms import ALGORITHMS
 from marl.config import Config
 from marl.models import build_model, network_of
 from marl.policies import sides, specs_of
@@ -33,6 +34,7 @@ class RolloutWorker:
         env = make_agent_batch(info, cfg.envs_per_actor, [list(s.agents) for s in self.specs])
         self.runner = EnvRunner(env, self.specs, self.copies, any(s.central for s in self.specs), info.env_id)
         self.policy = build_model(self.specs, network_of(cfg)).eval()
+        self.after = ALGORITHMS[cfg.algo].off_policy
         self.version = -1
         # Each actor's envs and sampling get their own stream, all derived from the run's seed.
         seed = cfg.seed * 100_003 + 7_919 * (index + 1) + 1_000_003 * seed_offset
@@ -128,8 +130,14 @@ class RolloutWorker:
             trajectories = {}
             for g, spec in enumerate(self.specs):
                 # The state after it is not kept: the next request redoes this step.
-                _, next_value, _, _ = self.source.forward(g, run.obs[g], run.masks[g], run.fresh[g], state)
-                trajectories[spec.name] = self.recorder.trajectory(g, steps, next_value)
+                _, next_value, critic, _ = self.source.forward(g, run.obs[g], run.masks[g], run.fresh[g], state)
+                trajectories[spec.name] = traj = self.recorder.trajectory(g, steps, next_value)
+                if self.after:  # an off-policy algorithm bootstraps from the observations after the last step
+                    traj["after"] = {"obs": {k: v.clone() for k, v in run.obs[g].items()}}
+                    if spec.mask:
+                        traj["after"]["action_mask"] = run.masks[g].clone()
+                    if spec.central:
+                        traj["after"]["state"] = critic.clone()
         episodes = returns.finished
         return Rollout(
             trajectories,

@@ -101,10 +101,12 @@ def model_shape(specs, network: dict) -> dict:
 
 
 def save(state: Stateful, group: dist.ProcessGroup, run_dir: Path, iteration: int, trainer: dict | None,
-         cfg: Config, keep: int = 3) -> Path:
+         cfg: Config, keep: int = 3, own: dict | None = None) -> Path:
     """Write the checkpoint of `iteration`. A collective: every learner rank calls it with its own
     state; rank 0 passes the coordinator's `trainer` state and makes the checkpoint visible once
-    every shard is written."""
+    every shard is written. `own`: Statefuls that only this rank holds and reads back (replay
+    shards, --save-buffer), written to a file of the rank's, outside DCP: their sizes differ by rank
+    and a resume on another number of ranks starts them empty."""
     from torch.distributed.checkpoint import save as dcp_save
 
     rank = dist.get_rank(group)
@@ -114,6 +116,8 @@ def save(state: Stateful, group: dist.ProcessGroup, run_dir: Path, iteration: in
         shutil.rmtree(tmp, ignore_errors=True)  # the leftover of a crash while writing
     # DCP's planning is a collective over the group: no rank writes before rank 0 has cleared `tmp`.
     dcp_save(state.state_dict(), checkpoint_id=tmp, process_group=group)
+    if own:
+        torch.save({k: v.state_dict() for k, v in own.items()}, tmp / f"own_rank{rank}.pt")
     dist.barrier(group=group)  # every shard is on disk before the rename makes it a checkpoint
     if rank == 0:
         torch.save(trainer, tmp / TRAINER_FILE)
@@ -159,6 +163,19 @@ def load(state: Stateful, path: Path, group: dist.ProcessGroup) -> None:
     sd = state.state_dict()
     dcp_load(sd, checkpoint_id=path, process_group=group, planner=DefaultLoadPlanner(allow_partial_load=True))
     state.load_state_dict(sd)
+
+
+def load_own(own: dict, path: Path, rank: int) -> bool:
+    """A rank's own Statefuls from its file in a checkpoint (see `save`); False, leaving them as they
+    are, where the checkpoint has none for this rank."""
+    f = Path(path) / f"own_rank{rank}.pt"
+    if not f.is_file():
+        return False
+    saved = torch.load(f, weights_only=True)
+    for k, v in own.items():
+        if k in saved:
+            v.load_state_dict(saved[k])
+    return True
 
 
 def read_trainer(path: Path) -> dict:

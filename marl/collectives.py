@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from marl.specs import get, leaves, put, time_length
+from marl.specs import get, leaves, put, time_length, timed
 
 
 class Command(enum.IntEnum):
@@ -89,20 +89,21 @@ def pack(parts: list[dict], slots: int) -> dict:
     policy's `core_state` [C, ...] is padded to the most chunks, as the steps are to the most steps."""
     out: dict = {}
     for name, _ in leaves(parts[0]):
-        timed = name != "next_value"
-        length = max(get(p, name).shape[0] for p in parts) if timed else None
+        has_time = timed(name)
+        length = max(get(p, name).shape[0] for p in parts) if has_time else None
         tensors = []
         for p in parts:
             x = get(p, name)
-            if timed and x.shape[0] < length:
+            if has_time and x.shape[0] < length:
                 x = torch.cat([x, x.new_zeros((length - x.shape[0], *x.shape[1:]))])
             tensors.append(x)
-        x = torch.cat(tensors, dim=1 if timed else 0)
-        have = x.shape[1 if timed else 0]
+        axis = 1 if has_time else 0
+        x = torch.cat(tensors, dim=axis)
+        have = x.shape[axis]
         if have < slots:
             pad = list(x.shape)
-            pad[1 if timed else 0] = slots - have
-            x = torch.cat([x, x.new_zeros(pad)], dim=1 if timed else 0)
+            pad[axis] = slots - have
+            x = torch.cat([x, x.new_zeros(pad)], dim=axis)
         put(out, name, x)
     return out
 
@@ -116,12 +117,11 @@ def scatter(fields: dict, agents: int, T: int, seq_len: int, per_rank: int, grou
     shard: dict = {}
     for name, (shape, dtype) in leaves(fields):
         length = time_length(name, T, seq_len)
-        timed = length is not None
-        lead = (length, per_rank, agents) if timed else (per_rank, agents)
+        lead = (length, per_rank, agents) if length is not None else (per_rank, agents)
         out = torch.empty((*lead, *shape), dtype=dtype, device=device)
         chunks = None
         if packed is not None:
-            chunks = [c.to(device).contiguous() for c in get(packed, name).split(per_rank, dim=1 if timed else 0)]
+            chunks = [c.to(device).contiguous() for c in get(packed, name).split(per_rank, dim=0 if length is None else 1)]
         dist.scatter(out, chunks, group=group, group_src=0)
         put(shard, name, out)
     return shard

@@ -157,9 +157,10 @@ class AlgorithmSection(Section):
     key: typing.ClassVar[str] = "algorithm"
     title: typing.ClassVar[str] = "algorithm"
 
-    # The choices are marl.algorithms.ALGORITHMS' names (a test holds them equal): listed here so
-    # that --help and a usage error need no torch import.
-    algo: str = _f("ppo", "`ppo` (GAE, clipped surrogate, several epochs); `appo` (the clipped surrogate on V-trace advantages and value targets: for --mode async); `impala` (the V-trace actor-critic loss, one pass per batch)", choices=("ppo", "appo", "impala"))
+    # The choices are marl.algorithms.ALGORITHMS' names, and OFF_POLICY those with `off_policy` (a
+    # test holds them equal): listed here so that --help and a usage error need no torch import.
+    OFF_POLICY: typing.ClassVar[frozenset] = frozenset({"dqn"})
+    algo: str = _f("ppo", "`ppo` (GAE, clipped surrogate, several epochs); `appo` (the clipped surrogate on V-trace advantages and value targets: for --mode async); `impala` (the V-trace actor-critic loss, one pass per batch); `dqn` (off-policy: a Q-network, epsilon-greedy actors, a replay buffer on the learner ranks; on a multi-agent env, independent Q-learning)", choices=("ppo", "appo", "impala", "dqn"))
 
 
 @dataclass
@@ -175,6 +176,50 @@ class VTraceSection(Section):
     def check(self) -> None:
         super().check()
         self._within(("vtrace_rho", self.vtrace_rho > 0, "greater than 0"), ("vtrace_c", self.vtrace_c > 0, "greater than 0"))
+
+
+@dataclass
+class ReplaySection(Section):
+    """The off-policy algorithms' replay, names as CleanRL's dqn.py. Each learner rank keeps the
+    transitions of the env slots it trains on and samples its share of each batch from them."""
+
+    key: typing.ClassVar[str] = "replay"
+    title: typing.ClassVar[str] = "replay (off-policy: dqn)"
+
+    buffer_size: int = _f(100_000, "transitions kept, over all learner ranks together (each keeps its share)")
+    learning_starts: int = _f(1_000, "agent-steps collected before the first gradient step")
+    train_frequency: float = _f(1.0, "agent-steps collected per gradient step (the inverse of the update-to-data ratio; below 1: several steps per agent-step)")
+    batch_size: int = _f(128, "transitions per gradient step, over all learner ranks together")
+    n_step: int = _f(1, "steps of rewards summed in each TD target before it bootstraps (n-step returns)")
+    tau: float = _f(1.0, "target network update rate: 1 copies the online network, below 1 moves it that fraction of the way (soft update)")
+    target_network_frequency: int = _f(500, "gradient steps between target network updates")
+    save_buffer: bool = _f(False, "also checkpoint every rank's replay buffer (a resume without it refills the buffer from scratch, learning again after --learning-starts)")
+
+    def check(self) -> None:
+        super().check()
+        self._at_least(1, "buffer_size", "batch_size", "n_step", "target_network_frequency")
+        self._at_least(0, "learning_starts")
+        self._within(("train_frequency", self.train_frequency > 0, "greater than 0"),
+                     ("tau", 0 < self.tau <= 1, "in (0, 1]"))
+        if self.buffer_size < self.batch_size:
+            raise UsageError(f"--buffer-size {self.buffer_size} is smaller than --batch-size {self.batch_size}")
+
+
+@dataclass
+class DQNSection(Section):
+    key: typing.ClassVar[str] = "dqn"
+    title: typing.ClassVar[str] = "DQN (dqn)"
+
+    start_e: float = _f(1.0, "epsilon-greedy exploration: epsilon at the start")
+    end_e: float = _f(0.05, "epsilon-greedy exploration: epsilon at the end of its schedule, and after")
+    exploration_fraction: float = _f(0.5, "fraction of --total-steps over which epsilon falls linearly from --start-e to --end-e")
+    double_q: bool = _f(True, "double Q-learning: the online network picks the next action, the target network values it (van Hasselt et al. 2016)")
+    dueling: bool = _f(False, "the dueling head: Q = V + A - mean A (Wang et al. 2016)")
+
+    def check(self) -> None:
+        super().check()
+        self._within(("start_e", 0 <= self.start_e <= 1, "in [0, 1]"), ("end_e", 0 <= self.end_e <= self.start_e, "in [0, --start-e]"),
+                     ("exploration_fraction", 0 < self.exploration_fraction <= 1, "in (0, 1]"))
 
 
 @dataclass
@@ -301,7 +346,7 @@ class RunSection(Section):
 # In the order of --help, the README's table and a saved config.toml. A new algorithm's own
 # section (a Section subclass, as VTraceSection) joins by being named here.
 SECTIONS: tuple[type[Section], ...] = (EnvSection, PolicySection, ProcessSection, CollectionSection, BudgetSection,
-                                       AlgorithmSection, VTraceSection, OptimSection, NormSection, ModelSection, RunSection)
+                                       AlgorithmSection, VTraceSection, ReplaySection, DQNSection, OptimSection, NormSection, ModelSection, RunSection)
 
 
 @dataclass
@@ -565,6 +610,14 @@ def check_batch(cfg: Config, learners: int, recurrent: bool | None = None) -> No
     """The batch must split into minibatches on every learner rank; needs the number of agents
     (`train.py` calls it again once the env has said how many it has, and whether the network is
     recurrent: a --model says so only once it is built; before that, --core decides)."""
+    if cfg.algo in AlgorithmSection.OFF_POLICY:
+        # Replay samples transitions, not the batch just collected: only whole env slots per rank and
+        # an equal share of each sampled batch matter.
+        if (cfg.actors * cfg.envs_per_actor) % learners or cfg.batch_size % learners:
+            raise UsageError(f"--actors x --envs-per-actor ({cfg.actors * cfg.envs_per_actor}) and --batch-size "
+                             f"({cfg.batch_size}) must both be multiples of the {learners} learner ranks: each takes "
+                             f"whole env copies and an equal share of every batch")
+        return
     known = recurrent is not None or not cfg.model  # a --model is recurrent or not once it is built
     recurrent = cfg.core != "none" if recurrent is None else recurrent
     # --seq-len without a recurrent network is accepted and unused, so that a run and the same run

@@ -32,6 +32,10 @@ from marl.result import WINDOW, Result
 from marl.trajectory import Rollout
 
 
+# Metrics that are a schedule's value, not a loss's: CleanRL's charts/ tags.
+CHARTS = ("learning_rate", "epsilon")
+
+
 class Heal(Exception):
     """An actor failed and the world may be started again: the message says which and why."""
 
@@ -394,8 +398,7 @@ class Coordinator:
         # and dispatch. Async: actors compute while the learner trains, so every wait is idle.
         idle = t1 - t0 if cfg.mode == "async" else max(t1 - t0 - busy, 0.0)
         log.scalars({
-            **{f"losses/{k}": v for k, v in metrics.items() if k != "learning_rate"},
-            "charts/learning_rate": metrics["learning_rate"],
+            **{f"{'charts' if k in CHARTS else 'losses'}/{k}": v for k, v in metrics.items()},
             "charts/SPS": sps,
             "perf/collect_seconds": t1 - t0,
             "perf/actor_busy_seconds": busy,

@@ -18,7 +18,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from envs import EnvInfo
 from marl import checkpoint, collectives, distributions
 from marl.algorithms import make_algorithm
-from marl.algorithms.base import learning_rate
+from marl.algorithms.base import gradient_steps, learning_rate
 from marl.collectives import Command, CommandChannel, Order
 from marl.config import Config
 from marl.errors import NonFiniteError
@@ -26,7 +26,8 @@ from marl.models import build_model, network_of
 from marl.normalize import RewardScaler
 from marl.policies import PolicySpec, specs_of
 from marl.sharding import MIN_BLOCK_PARAMS, parallelize
-from marl.specs import cat, trajectory_fields, tree_map
+from marl.replay import ReplayShard, nstep
+from marl.specs import cat, slice_slots, trajectory_fields, tree_map
 from marl.trajectory import flatten_valid, from_sequences, sequences, to_sequences
 
 __all__ = ["Learner", "LearnerGroup", "follow", "parallelize", "save", "MIN_BLOCK_PARAMS"]
@@ -43,11 +44,14 @@ class Learner:
         self.specs = specs_of(cfg, info)
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         # Every rank must start from the same full weights: fully_shard keeps each rank's own slice.
+        self.algorithm = make_algorithm(cfg)
+        off_policy = self.algorithm.off_policy
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             model = build_model(self.specs, network_of(cfg))
         self.state_sizes = {s.name: model.state_size(s.name) for s in self.specs}
-        model = model.to(device)
+        # An off-policy algorithm's networks (targets, critics, a mixer) join the policies in one root.
+        model = (self.algorithm.networks(model) if off_policy else model).to(device)
         self.sharded = self.world > 1 or cfg.precision != "fp32"
         if self.sharded:
             mesh = DeviceMesh.from_group(group, device.type)
@@ -59,20 +63,35 @@ class Learner:
             # degree is above 1. bf16 goes through FSDP even on one rank: its MixedPrecisionPolicy
             # is how the learner computes in bf16.
             self.model = parallelize(model, None, cfg.precision, min_block_params, cfg.activation_checkpointing)
-        # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
-        self.algorithm = make_algorithm(cfg)
+        # The PolicySet inside: what actors run and `full_state_dict` publishes.
+        self.policies = (self.model.policy if off_policy else self.model).policies
+        if off_policy:
+            self.optimizers = self.algorithm.optimizers(self.model)
+        else:
+            # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
+            self.optimizers = [torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)]
+        for opt in self.optimizers:
+            for group in opt.param_groups:
+                group.setdefault("base_lr", group["lr"])  # what the learning-rate schedule scales
         self.generator = torch.Generator().manual_seed(cfg.seed * 1_000 + self.rank)  # minibatch order
         # Which samples a policy keeps when its count is cut to the minibatches (rank 0's stream is
         # the one the coordinator used before targets moved to the learner ranks).
         self.cut_generator = torch.Generator().manual_seed(cfg.seed + 7_919 * self.rank)
         # --norm-reward: each policy's statistics of the discounted return, checkpointed with the rank's state.
         self.reward_scalers = {s.name: RewardScaler(cfg.clip_reward, device) for s in self.specs} if cfg.norm_reward else {}
-        self.state = checkpoint.TrainState(self.model, self.optimizer, (self.generator, self.cut_generator), self.rank,
-                                {f"reward_norm.{name}": r for name, r in self.reward_scalers.items()})
+        # Each rank's replay shard: the transitions of the env slots it trains on (--save-buffer checkpoints them).
+        self.replay = {s.name: ReplayShard(max(cfg.buffer_size // self.world, 1), self.rank, device)
+                       for s in self.specs} if off_policy else {}
+        self.state = checkpoint.TrainState(self.model, self.optimizers[0] if not off_policy else tuple(self.optimizers),
+                                           (self.generator, self.cut_generator), self.rank,
+                                           {f"reward_norm.{name}": r for name, r in self.reward_scalers.items()})
         self.commands = CommandChannel(group, device, cfg.actors, len(self.specs))
+        if off_policy:
+            self.algorithm.explore(self.model, 0)  # the first rollouts' (a resume loads the saved value)
         if cfg.resume:
             checkpoint.load(self.state, Path(cfg.resume), self.group)  # a collective, like everything a Learner does
+            if off_policy:
+                checkpoint.load_own(self.replay, Path(cfg.resume), self.rank)
 
     def update(self, trajs: dict[str, dict], global_step: int, pieces: list[tuple[int, int]]) -> tuple[dict[str, float], int]:
         """One update from this rank's share of every policy's trajectories ([T, S, n, ...], whole env
@@ -86,9 +105,9 @@ class Learner:
         shuffled whole sequences (`marl.trajectory.sequences`), replayed from the states the actors
         recorded, their padding and invalid steps left out of every loss term."""
         cfg, algo = self.cfg, self.algorithm
-        lr = learning_rate(cfg, global_step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = self._set_learning_rate(global_step)
+        if algo.off_policy:
+            return self._update_replay(trajs, global_step, pieces, lr)
         samples = self.units(trajs, pieces)
         # Equal minibatch steps on every rank: each policy is cut to what the rank with the fewest has.
         K = cfg.num_minibatches
@@ -118,17 +137,7 @@ class Learner:
                     policy_loss, policy_stats = algo.loss(pi.log_prob(m["actions"]), pi.entropy(), value, m)
                     loss = loss + policy_loss
                     step.update({f"{spec.name}/{k_}": v for k_, v in policy_stats.items()})
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                if self.sharded:
-                    grad_norm = grad_norm.full_tensor()  # the global norm over every rank's shards
-                if not torch.isfinite(grad_norm):
-                    # The norm is global, so every rank sees the same value and stops at the same step.
-                    raise NonFiniteError(f"the loss or its gradients became NaN or Inf (epoch {epoch + 1}, "
-                                         f"minibatch {k + 1}); the weights were left as they were before this step")
-                self.optimizer.step()
-                step["grad_norm"] = grad_norm.detach().float()
+                step["grad_norm"] = self._step(loss, f"epoch {epoch + 1}, minibatch {k + 1}")
                 for name, v in step.items():
                     totals[name] = totals.get(name, 0.0) + v
                 kls = [v for name, v in step.items() if name.endswith("/approx_kl")]
@@ -152,6 +161,86 @@ class Learner:
         self._update_obs_stats(samples)
         return metrics, int(used)
 
+    def _set_learning_rate(self, global_step: int) -> float:
+        """Every optimizer's rate at `global_step`: its own base rate, under the configured schedule."""
+        scale = learning_rate(self.cfg, global_step) / self.cfg.learning_rate
+        for opt in self.optimizers:
+            for group in opt.param_groups:
+                group["lr"] = group["base_lr"] * scale
+        return self.optimizers[0].param_groups[0]["lr"]
+
+    def _step(self, loss: torch.Tensor, where: str) -> torch.Tensor:
+        """One optimizer step of every optimizer on `loss`, the gradients clipped to --max-grad-norm
+        over every parameter (and every rank's shards); returns the global norm before the clip."""
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        if self.sharded:
+            grad_norm = grad_norm.full_tensor()  # the global norm over every rank's shards
+        if not torch.isfinite(grad_norm):
+            # The norm is global, so every rank sees the same value and stops at the same step.
+            raise NonFiniteError(f"the loss or its gradients became NaN or Inf ({where}); the weights were left as "
+                                 f"they were before this step")
+        for opt in self.optimizers:
+            opt.step()
+        return grad_norm.detach().float()
+
+    def _update_replay(self, trajs: dict[str, dict], global_step: int, pieces: list[tuple[int, int]],
+                       lr: float) -> tuple[dict[str, float], int]:
+        """An off-policy update: this rank's new transitions (n-step, `marl.replay.nstep`) into its
+        replay shards, then the gradient steps owed for every rank's new agent-steps
+        (`gradient_steps`: the same number on every rank), each on a batch that every rank samples
+        its share of from its own shards; then the exploration for the next rollouts."""
+        cfg, algo = self.cfg, self.algorithm
+        trajs = self._on_device(trajs)
+        collected = torch.zeros((), dtype=torch.int64, device=self.device)
+        added = {}
+        for spec in self.specs:
+            traj = trajs[spec.name]
+            collected += traj["valid"].sum()
+            rows = [nstep(slice_slots(traj, a, b), cfg.n_step, cfg.gamma, algo.team) for a, b in pieces]
+            if rows:
+                added[spec.name] = cat(rows)
+                self.replay[spec.name].add(added[spec.name])
+        dist.all_reduce(collected, group=self.group)
+        owed = gradient_steps(cfg, global_step, global_step + int(collected))
+        # A policy whose shard is still empty on some rank (its agents made no valid step yet) waits.
+        sizes = torch.tensor([len(self.replay[s.name]) for s in self.specs], device=self.device)
+        dist.all_reduce(sizes, op=dist.ReduceOp.MIN, group=self.group)
+        ready = [s.name for s, n in zip(self.specs, sizes.tolist()) if n]
+        per_rank = cfg.batch_size // self.world
+        before = gradient_steps(cfg, 0, global_step)
+        totals: dict[str, torch.Tensor] = {}
+        for u in range(owed if ready else 0):
+            batch = {name: self.replay[name].sample(per_rank, self.generator) for name in ready}
+            loss, stats = self.model(algo.loss, batch)
+            stats["grad_norm"] = self._step(loss, f"gradient step {before + u + 1}")
+            algo.after_update(self.model, before + u + 1)
+            for name, v in stats.items():
+                totals[name] = totals.get(name, 0.0) + v
+        metrics = {}
+        if totals:
+            means = self._mean_over_ranks({name: v / owed for name, v in totals.items()})
+            metrics.update(means)
+            for name in {n.split("/", 1)[1] for n in means if "/" in n}:
+                per_policy = [v for n, v in means.items() if n.endswith("/" + name)]
+                metrics[name] = sum(per_policy) / len(per_policy)
+        metrics.update(algo.explore(self.model, global_step + int(collected)))
+        metrics["learning_rate"] = lr
+        if cfg.norm_obs:
+            self._update_obs_stats({name: {"obs": rows["obs"], **({"state": rows["state"]} if "state" in rows else {})}
+                                    for name, rows in added.items()})
+        return metrics, owed * per_rank * self.world if ready else 0
+
+    def _on_device(self, trajs: dict[str, dict]) -> dict[str, dict]:
+        """The trajectories on this rank's device, rewards scaled where --norm-reward is on."""
+        trajs = {name: tree_map(lambda v: v.to(self.device, non_blocking=True), t) for name, t in trajs.items()}
+        for name, scale in self.reward_scalers.items():
+            t = trajs[name]
+            t["rewards"] = scale(t["rewards"], t.pop("discounted_return"), t["valid"], self.group)
+        return trajs
+
     def _update_obs_stats(self, samples: dict[str, dict]) -> None:
         """--norm-obs: merge the batch's observations into each policy's statistics, after the
         epochs: the batch trains under the statistics its actors acted with (its ratios start at 1),
@@ -159,20 +248,19 @@ class Learner:
         if not self.cfg.norm_obs:
             return
         for spec in self.specs:
+            if spec.name not in samples:
+                continue
             s = samples[spec.name]
             obs = tree_map(lambda v: _valid_steps(s, v), s["obs"])
             state = _valid(s, "state") if "state" in s else None
-            self.model.policies[spec.name].obs_norm.update(obs, state, self.group)
+            self.policies[spec.name].obs_norm.update(obs, state, self.group)
 
     def units(self, trajs: dict[str, dict], pieces: list[tuple[int, int]]) -> dict[str, dict]:
         """Every policy's training units from this rank's trajectories: the algorithm's targets, then
         the valid steps as samples [B, ...], or a recurrent policy's sequences [N, L, ...], with the
         advantages normalised over every rank."""
-        trajs = {name: tree_map(lambda v: v.to(self.device, non_blocking=True), t) for name, t in trajs.items()}
-        for name, scale in self.reward_scalers.items():
-            t = trajs[name]
-            t["rewards"] = scale(t["rewards"], t.pop("discounted_return"), t["valid"], self.group)
-        current = self.replay(trajs) if self.algorithm.needs_current else {}
+        trajs = self._on_device(trajs)
+        current = self.current(trajs) if self.algorithm.needs_current else {}
         samples = {}
         for spec in self.specs:
             traj = trajs[spec.name]
@@ -214,7 +302,7 @@ class Learner:
         pd, value = _batch_first(pd, valid), _batch_first(value, valid)
         return pd[valid], value[valid], tree_map(lambda v: v[valid], fields)
 
-    def replay(self, trajs: dict[str, dict]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    def current(self, trajs: dict[str, dict]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """The learner's log-probs of the taken actions and its values over whole trajectories [T, S, n]
         (V-trace's target policy), in one forward of every policy (FSDP's collectives run in the
         root's forward); a recurrent policy replays each chunk from the state its actor recorded."""
@@ -297,7 +385,7 @@ class Learner:
     def scatter(self, spec: PolicySpec, T: int, per_rank: int, packed: dict | None = None) -> dict:
         """This rank's env slots of policy `spec`'s trajectories (`marl.collectives.scatter`): rank 0
         passes the packed batch, the others receive."""
-        fields = trajectory_fields(spec, self.state_sizes[spec.name], self.cfg.norm_reward)
+        fields = trajectory_fields(spec, self.state_sizes[spec.name], self.cfg.norm_reward, self.algorithm.off_policy)
         return collectives.scatter(fields, len(spec.agents), T, self.cfg.seq_len, per_rank, self.group, self.device,
                                    packed)
 
@@ -305,17 +393,23 @@ class Learner:
         """Unsharded CPU weights (a collective: every rank calls it; rank 0 receives them)."""
         if not self.sharded:
             # A copy: the next optimizer step changes the parameters in place under whoever holds it.
-            return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            return self._published({k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.world == 1 and self.device.type == "cpu":
             # Nothing to gather or offload: the result aliases the live parameters, as above.
-            return {k: v.clone() for k, v in sd.items()}
+            return self._published({k: v.clone() for k, v in sd.items()})
         # Buffers are not sharded, so on CPU they come back as the live tensors (--norm-obs statistics,
         # which the next update changes in place).
         live = {b.data_ptr() for b in self.model.buffers()}
-        return {k: v.clone() if v.data_ptr() in live else v for k, v in sd.items()}
+        return self._published({k: v.clone() if v.data_ptr() in live else v for k, v in sd.items()})
+
+    def _published(self, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """What actors load: the policy set's weights (an off-policy root's `policy.` part)."""
+        if not self.algorithm.off_policy:
+            return sd
+        return {k[len("policy."):]: v for k, v in sd.items() if k.startswith("policy.")}
 
 
 def _batch_first(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -343,7 +437,8 @@ def save(learner: Learner, iteration: int, trainer: dict | None = None) -> Path:
     if trainer is not None:
         meta = {**trainer, "learners": learner.world, "model_shape": checkpoint.model_shape(learner.specs, network_of(cfg)),
                 "env": cfg.env}
-    return checkpoint.save(learner.state, learner.group, cfg.run_dir, iteration, meta, cfg, cfg.keep_checkpoints)
+    own = learner.replay if cfg.save_buffer else None
+    return checkpoint.save(learner.state, learner.group, cfg.run_dir, iteration, meta, cfg, cfg.keep_checkpoints, own)
 
 
 class LearnerGroup:

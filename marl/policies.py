@@ -117,8 +117,16 @@ def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str,
 
 
 def specs_of(cfg, info: EnvInfo) -> tuple[PolicySpec, ...]:
-    """The networks of the run that `cfg` configures."""
-    return policy_specs(info, cfg.policies, cfg.agent_id_input, cfg.critic, cfg.action_dist)
+    """The networks of the run that `cfg` configures: an algorithm that acts its own way (a value
+    method's epsilon-greedy Q-network) chooses the distribution, else --action-dist does."""
+    from marl.algorithms import ALGORITHMS
+
+    own, dist = ALGORITHMS[cfg.algo].action_dist, cfg.action_dist
+    if own and dist not in ("auto", own):
+        raise PolicyError(f"--action-dist {dist}: --algo {cfg.algo} acts {own.replace('_', '-')} on its Q-values; drop --action-dist")
+    if not own and dist == "epsilon_greedy":
+        raise PolicyError(f"--action-dist epsilon_greedy acts on Q-values, which --algo {cfg.algo} does not learn; use --algo dqn")
+    return policy_specs(info, cfg.policies, cfg.agent_id_input, cfg.critic, own or dist)
 
 
 def sides(specs: tuple[PolicySpec, ...], agent_ids: tuple[str, ...]) -> list[tuple[str, tuple[int, ...]]]:

@@ -40,15 +40,25 @@ def step_fields(spec: PolicySpec, discounted_return: bool = False) -> dict:
     return fields
 
 
-def trajectory_fields(spec: PolicySpec, state_size: int = 0, discounted_return: bool = False) -> dict:
+def trajectory_fields(spec: PolicySpec, state_size: int = 0, discounted_return: bool = False, after: bool = False) -> dict:
     """What an actor sends for one policy: every step field [T, E, n, ...], the bootstrap value of
     truncated steps [T, E, n], and `next_value`, V of the observation after the last step [E, n].
     A recurrent network (`state_size` > 0) adds `core_state` [C, E, n, state_size]: its state at
-    the start of each of the C chunks of --seq-len steps (`num_chunks`), what the learner replays from."""
+    the start of each of the C chunks of --seq-len steps (`num_chunks`), what the learner replays from.
+    With `after` (an off-policy algorithm, which bootstraps from observations, not values), `after`
+    holds the observation side of the step after the last (obs, action mask, state) [E, n, ...]."""
     fields = {**step_fields(spec, discounted_return), "bootstrap_value": SCALAR, "next_value": SCALAR}
     if state_size:
         fields["core_state"] = ((state_size,), torch.float32)
+    if after:
+        steps = step_fields(spec)
+        fields["after"] = {k: steps[k] for k in ("obs", "action_mask", "state") if k in steps}
     return fields
+
+
+def timed(name: str) -> bool:
+    """Whether a trajectory field (a dotted name) has a leading time (or chunk) axis."""
+    return name != "next_value" and not name.startswith("after.")
 
 
 def num_chunks(T: int, seq_len: int) -> int:
@@ -59,7 +69,7 @@ def num_chunks(T: int, seq_len: int) -> int:
 def time_length(name: str, T: int, seq_len: int) -> int | None:
     """The length of a trajectory field's leading axis: T steps, C chunks (`core_state`), or none
     (`next_value`, which is [E, n])."""
-    if name == "next_value":
+    if not timed(name):
         return None
     return num_chunks(T, seq_len) if name == "core_state" else T
 
@@ -93,6 +103,14 @@ def put(tree: dict, name: str, value) -> None:
     for key in path:
         tree = tree.setdefault(key, {})
     tree[last] = value
+
+
+def slice_slots(traj: dict, a: int, b: int) -> dict:
+    """Env slots [a, b) of a trajectory: the slot axis is 1 of a timed field, 0 of `after` and `next_value`."""
+    out: dict = {}
+    for name, x in leaves(traj):
+        put(out, name, x[:, a:b] if timed(name) else x[a:b])
+    return out
 
 
 def allocate(fields: dict, lead: tuple[int, ...], device: torch.device | str = "cpu") -> dict:

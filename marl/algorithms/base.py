@@ -9,8 +9,10 @@ An algorithm declares what it can do (`turn_based`, ...) as class attributes, an
 hyperparameters from `cfg`: the fields of its own `marl.config.Section` (as V-trace's
 `VTraceSection`), which `marl.config.SECTIONS` composes into `Config`.
 
-An algorithm that needs more (a replay buffer, target networks, several optimizers) extends this
-protocol with what it needs; the learner asks for those hooks only where they exist.
+An off-policy algorithm (`off_policy`: DQN, ...) follows `OffPolicyAlgorithm` instead: the
+learner keeps a replay shard per rank of the transitions it cuts (`marl.replay.nstep`), and the
+algorithm owns its networks (the policy, targets, critics, a mixer: `TrainingNets`), its
+optimizers, its loss on a sampled batch, its target updates and its exploration schedule.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
+from torch import nn
 
 
 class Algorithm(Protocol):
@@ -42,6 +45,30 @@ class Algorithm(Protocol):
         """The minibatch's loss to minimise and its detached metrics by name."""
 
 
+class OffPolicyAlgorithm(Protocol):
+    name: str
+    off_policy: bool  # True
+    value_based: bool  # its policies are Q-networks (marl.models.q_network), else actor-critics
+    turn_based: bool
+    team: bool  # one transition per env copy with every agent in it (VDN, QMIX), else one per agent-step
+    action_dist: str | None  # the distribution its policies act with ("epsilon_greedy"), None: the space's own
+
+    def networks(self, policy: nn.Module) -> nn.Module:
+        """Its networks around the policy set (a marl.models.training_nets.TrainingNets)."""
+
+    def optimizers(self, nets: nn.Module) -> list[torch.optim.Optimizer]: ...
+
+    def loss(self, nets: nn.Module, batch: dict[str, dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss of one gradient step on each policy's sampled transitions (marl.replay), and its
+        detached metrics as `<policy>/<name>`; run inside the root's forward."""
+
+    def after_update(self, nets: nn.Module, updates: int) -> None:
+        """After the `updates`-th gradient step of the run: the target networks' update, when due."""
+
+    def explore(self, nets: nn.Module, step: int) -> dict[str, float]:
+        """Set the actors' exploration for the rollouts after agent-step `step`; returns it as metrics."""
+
+
 def sample_minibatches(sizes: dict[str, int], k: int, generator: torch.Generator) -> list[dict[str, torch.Tensor]]:
     """Every policy's samples shuffled and cut into `k` equal minibatches (CleanRL's ppo.py)."""
     perms = {name: torch.randperm(n, generator=generator) for name, n in sizes.items()}
@@ -64,3 +91,19 @@ def episode_flags(traj: dict, values: torch.Tensor, gamma: float) -> tuple[torch
     next_values = torch.where(traj["truncated"], traj["bootstrap_value"], later)
     discounts = torch.full_like(values, gamma).masked_fill(traj["terminated"], 0.0)
     return discounts, next_values, (~done).to(values.dtype)
+
+
+def linear_schedule(start: float, end: float, duration: float, step: int) -> float:
+    """From `start` at step 0 to `end` at `duration`, then `end` (CleanRL's linear_schedule)."""
+    if duration <= 0:
+        return end
+    return start + (end - start) * min(step / duration, 1.0)
+
+
+def gradient_steps(cfg, before: int, after: int) -> int:
+    """Gradient steps an off-policy algorithm owes for the agent-steps collected between `before`
+    and `after`: one per --train-frequency agent-steps past --learning-starts. A function of the
+    global counts only, so that every learner rank takes the same number."""
+    def owed(step: int) -> int:
+        return int((step - cfg.learning_starts) // cfg.train_frequency) if step >= cfg.learning_starts else 0
+    return owed(after) - owed(before)

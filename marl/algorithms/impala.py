@@ -27,6 +27,8 @@ class IMPALA:
     name = "impala"
     needs_current = True
     turn_based = False  # V-trace's recursion does not skip a waiting agent's steps yet
+    off_policy = value_based = False  # learns from each batch once collected, through an actor-critic
+    action_dist = None  # the space's own (--action-dist)
     minibatches = staticmethod(sample_minibatches)
     epochs = 1
 

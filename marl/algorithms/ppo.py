@@ -49,6 +49,8 @@ class PPO:
     name = "ppo"
     needs_current = False
     turn_based = True  # GAE bridges a waiting agent's steps (gae's `valid`)
+    off_policy = value_based = False  # learns from each batch once collected, through an actor-critic
+    action_dist = None  # the space's own (--action-dist)
     minibatches = staticmethod(sample_minibatches)
 
     def __init__(self, cfg):

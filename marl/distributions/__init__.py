@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from envs.spaces import ActionSpec
-from marl.distributions import bernoulli, beta, categorical, gaussian, multicategorical, tanh_gaussian  # noqa: F401 - registers
+from marl.distributions import bernoulli, beta, categorical, epsilon_greedy, gaussian, multicategorical, tanh_gaussian  # noqa: F401 - registers
 from marl.distributions.base import REGISTRY, Distribution, lookup
 from marl.distributions.tanh_gaussian import LOG_STD_BOUNDS  # noqa: F401 - part of the public names
 

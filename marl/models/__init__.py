@@ -15,6 +15,7 @@ from marl.models.actor_critic import ActorCritic
 from marl.models.core import Core
 from marl.models.custom import CustomPolicy, ModelError
 from marl.models.normalize import ObsNormalizer
+from marl.models.q_network import QNetwork
 
 
 def network_of(cfg) -> dict:
@@ -27,7 +28,11 @@ def network_of(cfg) -> dict:
     if cfg.core != "none":
         network.update(core=cfg.core, core_size=cfg.core_size)
     if cfg.norm_obs:
-        network.update(norm_obs=cfg.clip_obs)  # the clip: the normaliser's statistics are in the state dict
+        network.update(norm_obs=cfg.clip_obs)
+    from marl.algorithms import ALGORITHMS
+
+    if ALGORITHMS[cfg.algo].value_based:  # a Q-network instead of the actor-critic
+        network.update(q="dueling" if cfg.dueling else "plain")  # the clip: the normaliser's statistics are in the state dict
     return network
 
 
@@ -35,6 +40,8 @@ def build_policy(spec, network: dict) -> nn.Module:
     # A network described without a core is feed-forward, without norm_obs unnormalised (network_of).
     if network["model"]:
         policy = CustomPolicy(spec, network["model"], network["model_kwargs"])
+    elif "q" in network:
+        policy = QNetwork(spec, tuple(network["hidden_sizes"]), network["encoder"], network["q"] == "dueling")
     else:
         policy = ActorCritic(spec, tuple(network["hidden_sizes"]), network["encoder"], network.get("core", "none"),
                              network.get("core_size", 64))

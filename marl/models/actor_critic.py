@@ -33,13 +33,14 @@ class Tanh(nn.Module):
 
 
 class MLP(nn.Module):
-    """Tanh blocks, then `head(width)`: the last layer, made after the blocks (their init draws come first)."""
+    """Tanh blocks (or another `activation`), then `head(width)`: the last layer, made after the
+    blocks (their init draws come first)."""
 
-    def __init__(self, n_in: int, hidden: tuple[int, ...], head):
+    def __init__(self, n_in: int, hidden: tuple[int, ...], head, activation: type[nn.Module] = Tanh):
         super().__init__()
         widths = (n_in, *hidden)
         self.blocks = nn.ModuleList(
-            nn.Sequential(init_layer(nn.Linear(a, b), math.sqrt(2)), Tanh()) for a, b in zip(widths, widths[1:]))
+            nn.Sequential(init_layer(nn.Linear(a, b), math.sqrt(2)), activation()) for a, b in zip(widths, widths[1:]))
         self.head = head(widths[-1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
