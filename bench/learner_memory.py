@@ -94,7 +94,8 @@ def local_bytes(tensors) -> int:
 
 def state_bytes(learner: Learner) -> dict[str, int]:
     params = list(learner.model.parameters())
-    adam = [v for s in learner.optimizer.state.values() for k, v in s.items() if k in ADAM_STATE and torch.is_tensor(v)]
+    adam = [v for opt in learner.optimizers.values() for s in opt.state.values() for k, v in s.items()
+            if k in ADAM_STATE and torch.is_tensor(v)]
     return {"param_bytes": local_bytes(params), "grad_bytes": local_bytes(p.grad for p in params if p.grad is not None),
             "adam_bytes": local_bytes(adam)}
 

@@ -224,8 +224,8 @@ def check_compatible(checkpoint: Path, cfg: Config, info) -> None:
     diff = _first_difference(trainer["model_shape"], want)
     if diff is not None:
         raise CheckpointError(f"--resume {checkpoint}: the checkpoint's network differs ({diff}); resume with the same "
-                         f"--agents, --model, --encoder, --hidden-sizes, --core, --obs-keys, --policies, --agent-id-input, --critic, "
-                         f"--action-dist, --norm-obs and --clip-obs, "
+                         f"--algo, --agents, --model, --encoder, --hidden-sizes, --core, --obs-keys, --policies, --agent-id-input, "
+                         f"--critic, --action-dist, --dueling, --norm-obs and --clip-obs, "
                          f"or start a new run")
 
 

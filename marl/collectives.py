@@ -125,3 +125,36 @@ def scatter(fields: dict, agents: int, T: int, seq_len: int, per_rank: int, grou
         dist.scatter(out, chunks, group=group, group_src=0)
         put(shard, name, out)
     return shard
+
+
+def gather_1d(x: torch.Tensor, group: dist.ProcessGroup, device: torch.device) -> torch.Tensor:
+    """Every rank's 1-D tensor, concatenated in rank order (they may differ in length)."""
+    world = dist.get_world_size(group)
+    if world == 1:
+        return x
+    counts = [torch.zeros((), dtype=torch.int64, device=device) for _ in range(world)]
+    dist.all_gather(counts, torch.tensor(x.numel(), device=device), group=group)
+    longest = int(max(counts))
+    padded = torch.cat([x, x.new_zeros(longest - x.numel())])
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded, group=group)
+    return torch.cat([p[: int(c)] for p, c in zip(parts, counts)])
+
+
+def mean_over_ranks(values: dict[str, torch.Tensor], group: dist.ProcessGroup, device: torch.device) -> dict[str, float]:
+    """The all-reduced mean of a dict of scalars, by name (every rank holds the same names)."""
+    if not values:
+        return {}
+    names = sorted(values)
+    stacked = torch.stack([torch.as_tensor(values[n], device=device).float() for n in names])
+    dist.all_reduce(stacked, group=group)
+    return dict(zip(names, (stacked / dist.get_world_size(group)).tolist()))
+
+
+def per_policy_means(means: dict[str, float]) -> dict[str, float]:
+    """Metrics by `<policy>/<name>` with, for every such name, its mean over the policies as `<name>`."""
+    out = dict(means)
+    for name in {n.split("/", 1)[1] for n in means if "/" in n}:
+        per_policy = [v for n, v in means.items() if n.endswith("/" + name)]
+        out[name] = sum(per_policy) / len(per_policy)
+    return out

@@ -159,8 +159,8 @@ class AlgorithmSection(Section):
 
     # The choices are marl.algorithms.ALGORITHMS' names, and OFF_POLICY those with `off_policy` (a
     # test holds them equal): listed here so that --help and a usage error need no torch import.
-    OFF_POLICY: typing.ClassVar[frozenset] = frozenset({"dqn"})
-    algo: str = _f("ppo", "`ppo` (GAE, clipped surrogate, several epochs); `appo` (the clipped surrogate on V-trace advantages and value targets: for --mode async); `impala` (the V-trace actor-critic loss, one pass per batch); `dqn` (off-policy: a Q-network, epsilon-greedy actors, a replay buffer on the learner ranks; on a multi-agent env, independent Q-learning)", choices=("ppo", "appo", "impala", "dqn"))
+    OFF_POLICY: typing.ClassVar[frozenset] = frozenset({"dqn", "iql", "vdn", "qmix", "sac"})
+    algo: str = _f("ppo", "`ppo` (GAE, clipped surrogate, several epochs); `appo` (the clipped surrogate on V-trace advantages and value targets: for --mode async); `impala` (the V-trace actor-critic loss, one pass per batch); off-policy, from a replay buffer on the learner ranks: `dqn` (a Q-network acting epsilon-greedily; Discrete actions), `iql` (the same on a multi-agent env: independent Q-learning), `vdn` and `qmix` (cooperative teams: the agents' Qs summed, or mixed by a network of the global state, which needs --critic central), `sac` (soft actor-critic: Box or Discrete actions)", choices=("ppo", "appo", "impala", "dqn", "iql", "vdn", "qmix", "sac"))
 
 
 @dataclass
@@ -184,7 +184,7 @@ class ReplaySection(Section):
     transitions of the env slots it trains on and samples its share of each batch from them."""
 
     key: typing.ClassVar[str] = "replay"
-    title: typing.ClassVar[str] = "replay (off-policy: dqn)"
+    title: typing.ClassVar[str] = "replay (off-policy: dqn, iql, vdn, qmix, sac)"
 
     buffer_size: int = _f(100_000, "transitions kept, over all learner ranks together (each keeps its share)")
     learning_starts: int = _f(1_000, "agent-steps collected before the first gradient step")
@@ -208,7 +208,7 @@ class ReplaySection(Section):
 @dataclass
 class DQNSection(Section):
     key: typing.ClassVar[str] = "dqn"
-    title: typing.ClassVar[str] = "DQN (dqn)"
+    title: typing.ClassVar[str] = "value methods (dqn, iql, vdn, qmix)"
 
     start_e: float = _f(1.0, "epsilon-greedy exploration: epsilon at the start")
     end_e: float = _f(0.05, "epsilon-greedy exploration: epsilon at the end of its schedule, and after")
@@ -220,6 +220,36 @@ class DQNSection(Section):
         super().check()
         self._within(("start_e", 0 <= self.start_e <= 1, "in [0, 1]"), ("end_e", 0 <= self.end_e <= self.start_e, "in [0, --start-e]"),
                      ("exploration_fraction", 0 < self.exploration_fraction <= 1, "in (0, 1]"))
+
+
+@dataclass
+class MixerSection(Section):
+    key: typing.ClassVar[str] = "qmix"
+    title: typing.ClassVar[str] = "QMIX's mixer (qmix)"
+
+    mixing_embed_dim: int = _f(32, "units of the mixing network's hidden layer")
+    hypernet_embed: int = _f(64, "units of the hidden layer of the hypernetworks that make the mixing weights from the state")
+
+    def check(self) -> None:
+        super().check()
+        self._at_least(1, "mixing_embed_dim", "hypernet_embed")
+
+
+@dataclass
+class SACSection(Section):
+    """Names as CleanRL's sac_continuous_action.py and sac_atari.py."""
+
+    key: typing.ClassVar[str] = "sac"
+    title: typing.ClassVar[str] = "soft actor-critic (sac)"
+
+    alpha: float = _f(0.2, "the entropy temperature: fixed, or where --autotune starts it")
+    autotune: bool = _f(True, "learn the temperature towards a target entropy: -dim(A) for Box actions, --target-entropy-scale x log(actions) for Discrete")
+    target_entropy_scale: float = _f(0.89, "Discrete actions with --autotune: the target entropy as a fraction of the uniform policy's")
+
+    def check(self) -> None:
+        super().check()
+        self._within(("alpha", self.alpha > 0, "greater than 0"),
+                     ("target_entropy_scale", 0 < self.target_entropy_scale < 1, "in (0, 1)"))
 
 
 @dataclass
@@ -346,7 +376,7 @@ class RunSection(Section):
 # In the order of --help, the README's table and a saved config.toml. A new algorithm's own
 # section (a Section subclass, as VTraceSection) joins by being named here.
 SECTIONS: tuple[type[Section], ...] = (EnvSection, PolicySection, ProcessSection, CollectionSection, BudgetSection,
-                                       AlgorithmSection, VTraceSection, ReplaySection, DQNSection, OptimSection, NormSection, ModelSection, RunSection)
+                                       AlgorithmSection, VTraceSection, ReplaySection, DQNSection, MixerSection, SACSection, OptimSection, NormSection, ModelSection, RunSection)
 
 
 @dataclass

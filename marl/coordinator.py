@@ -33,7 +33,7 @@ from marl.trajectory import Rollout
 
 
 # Metrics that are a schedule's value, not a loss's: CleanRL's charts/ tags.
-CHARTS = ("learning_rate", "epsilon")
+CHARTS = ("learning_rate", "epsilon", "replay_size")
 
 
 class Heal(Exception):

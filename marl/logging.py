@@ -48,7 +48,7 @@ def wandb_id(run_name: str) -> str:
 
 def format_return(value: float | None, target: float | None = None) -> str:
     """A mean return with decimals enough for the scale of the target (else of the value itself):
-    three below its order of magnitude, at least one. MiniGrid's 0.8895 against 0.9 reads 0.890, not
+    three below its order of magnitude, at least one. MiniGrid's 0.8895 against 0.9 reads 0.889, not
     0.9 (which looks solved); CartPole's 480.5 against 475 stays 480.5."""
     if value is None:
         return "n/a"

@@ -88,10 +88,11 @@ def _name(name: str, what: str) -> str:
 
 
 def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str,
-                 action_dist: str = "auto") -> tuple[PolicySpec, ...]:
+                 action_dist="auto") -> tuple[PolicySpec, ...]:
     """The networks of a run; PolicyError if a policy's agents do not share their spaces, or if
-    `action_dist` (a registered distribution, or "auto": the space's default) cannot act in a policy's actions."""
-    if action_dist != "auto" and action_dist not in distributions.REGISTRY:
+    `action_dist` (a registered distribution, or "auto": the space's default; or a dict of one per
+    action space's name, where an algorithm acts its own way) cannot act in a policy's actions."""
+    if isinstance(action_dist, str) and action_dist != "auto" and action_dist not in distributions.REGISTRY:
         raise PolicyError(f"--action-dist must be auto or one of {', '.join(distributions.REGISTRY)}, got {action_dist!r}")
     specs = []
     for name, agents in assign(info.agent_ids, policies):
@@ -106,11 +107,15 @@ def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str,
         if agent_id_input and len(agents) > 1:
             obs = (*obs, Leaf("agent_id", None, "discrete", (), "int64", (len(agents),), (0,)))
         action = first.action
-        if action_dist != "auto":
-            why = distributions.lookup(action_dist).refuses(action)
+        chosen = action_dist.get(action.space.name, "") if isinstance(action_dist, dict) else action_dist
+        if isinstance(action_dist, dict) and not chosen:
+            raise PolicyError(f"policy {name!r} acts in {action.describe()}, which this algorithm does not act in "
+                              f"(it acts in {' or '.join(action_dist)} actions)")
+        if chosen != "auto":
+            why = distributions.lookup(chosen).refuses(action)
             if why:
-                raise PolicyError(f"--action-dist {action_dist}: policy {name!r} acts in {action.describe()}, and {why}")
-            action = dataclasses.replace(action, kind=action_dist)
+                raise PolicyError(f"--action-dist {chosen}: policy {name!r} acts in {action.describe()}, and {why}")
+            action = dataclasses.replace(action, kind=chosen)
         specs.append(PolicySpec(name, tuple(agents), obs, action, first.mask, critic == "central",
                                 info.state_dim if critic == "central" else 0))
     return tuple(specs)
@@ -118,15 +123,23 @@ def policy_specs(info: EnvInfo, policies, agent_id_input: bool, critic: str,
 
 def specs_of(cfg, info: EnvInfo) -> tuple[PolicySpec, ...]:
     """The networks of the run that `cfg` configures: an algorithm that acts its own way (a value
-    method's epsilon-greedy Q-network) chooses the distribution, else --action-dist does."""
+    method's epsilon-greedy Q-network, SAC's squashed Gaussian) chooses the distribution, else
+    --action-dist does."""
     from marl.algorithms import ALGORITHMS
 
-    own, dist = ALGORITHMS[cfg.algo].action_dist, cfg.action_dist
-    if own and dist not in ("auto", own):
-        raise PolicyError(f"--action-dist {dist}: --algo {cfg.algo} acts {own.replace('_', '-')} on its Q-values; drop --action-dist")
+    own, dist = ALGORITHMS[cfg.algo].action_dists, cfg.action_dist
+    if own and dist != "auto":
+        raise PolicyError(f"--action-dist {dist}: --algo {cfg.algo} chooses its own ("
+                          f"{', '.join(f'{d} for {s}' for s, d in own.items())}); drop --action-dist")
     if not own and dist == "epsilon_greedy":
-        raise PolicyError(f"--action-dist epsilon_greedy acts on Q-values, which --algo {cfg.algo} does not learn; use --algo dqn")
-    return policy_specs(info, cfg.policies, cfg.agent_id_input, cfg.critic, own or dist)
+        raise PolicyError(f"--action-dist epsilon_greedy acts on Q-values, which --algo {cfg.algo} does not learn; "
+                          f"use --algo dqn")
+    if own:
+        try:
+            return policy_specs(info, cfg.policies, cfg.agent_id_input, cfg.critic, own)
+        except PolicyError as e:
+            raise PolicyError(f"--algo {cfg.algo}: {e}") from None
+    return policy_specs(info, cfg.policies, cfg.agent_id_input, cfg.critic, dist)
 
 
 def sides(specs: tuple[PolicySpec, ...], agent_ids: tuple[str, ...]) -> list[tuple[str, tuple[int, ...]]]:

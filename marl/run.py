@@ -131,6 +131,27 @@ def check_turn_based(cfg, recurrent: bool) -> None:
                          "recurrent --model)")
 
 
+def check_algorithm(cfg, info, recurrent: bool) -> None:
+    """What an algorithm declares it cannot do (`marl.algorithms.base`) refuses the run in one line."""
+    from marl.algorithms import ALGORITHMS
+
+    algo = ALGORITHMS[cfg.algo]
+    if not algo.off_policy:
+        return
+    if cfg.model:
+        raise UsageError(f"--algo {cfg.algo} builds its own networks (Q-networks, or SAC's actor and critics); a --model "
+                         f"plays the on-policy algorithms' actor-critic: drop --model, or use --algo ppo")
+    if (recurrent or cfg.core != "none") and not algo.recurrent:
+        able = [name for name, a in ALGORITHMS.items() if a.off_policy and a.recurrent]
+        raise UsageError(f"--algo {cfg.algo} trains feed-forward networks only; drop --core"
+                         + (f" (recurrent off-policy: --algo {', '.join(able)})" if able else ""))
+    if algo.needs_state and cfg.critic != "central":
+        raise UsageError(f"--algo {cfg.algo} mixes the agents' Q-values with the env's global state: add --critic central")
+    if algo.team and not info.own_agents:
+        raise UsageError(f"--algo {cfg.algo} learns a cooperative team's joint value, and {cfg.env}'s agents are "
+                         f"independent copies: use --algo iql (or dqn) here, {cfg.algo} on a PettingZoo team")
+
+
 def check_extras(cfg, info) -> None:
     """Options that need an optional extra say which, before any process starts; --video-every needs
     an env that renders, too."""
@@ -221,6 +242,7 @@ def prepare(values: dict):
             check_compatible(Path(cfg.resume), cfg, info)
     except (EnvError, CheckpointError, PolicyError, ModelError) as e:
         raise UsageError(str(e)) from None
+    check_algorithm(cfg, info, recurrent)
     if info.turn_based:
         check_turn_based(cfg, recurrent)
     if cfg.opponents == "pool" and not info.own_agents:
@@ -228,6 +250,9 @@ def prepare(values: dict):
     if cfg.opponents == "pool" and recurrent:
         raise UsageError("--opponents pool: frozen snapshots play feed-forward networks only for now; drop --core "
                          "(or the recurrent --model)")
+    if cfg.critic == "central" and info.own_agents and not info.has_state:
+        print(f"marl: {cfg.env} has no state(); --critic central reads every agent's observation (and which are "
+              f"alive) as the global state instead", flush=True)
     if info.dropped:
         print(f"marl: observation keys {', '.join(info.dropped)} are left out (no network reads them); "
               f"choose keys with --obs-keys", flush=True)

@@ -8,7 +8,6 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from marl.models import PolicySet
 
 
 # A block gets its own FSDP unit only if it is at least this big. Each unit costs an all-gather and
@@ -28,8 +27,8 @@ def _replace(root: nn.Module, target: nn.Module, new: nn.Module) -> None:
     raise ValueError("module not found in the model")
 
 
-def parallelize(model: PolicySet, mesh: DeviceMesh | None, precision: str, min_block_params: int = MIN_BLOCK_PARAMS,
-                activation_checkpointing: bool = False) -> PolicySet:
+def parallelize(model: nn.Module, mesh: DeviceMesh | None, precision: str, min_block_params: int = MIN_BLOCK_PARAMS,
+                activation_checkpointing: bool = False) -> nn.Module:
     """Optionally checkpoint each block's activations, then shard each block big enough to be worth
     it, then the root (which takes every other parameter): TorchTitan's order, AC before FSDP.
     The blocks are what a built-in network declares, or for a user's network the submodules that
@@ -54,10 +53,11 @@ def parallelize(model: PolicySet, mesh: DeviceMesh | None, precision: str, min_b
         # Sharded master weights stay fp32 and gradients reduce in fp32; only compute is bf16.
         # Blocks hand bf16 on to the next layer; the root returns fp32 for the loss.
         block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        # A network that normalises its observations (--norm-obs) takes them in fp32: in bf16 an offset
-        # large against the spread would be rounded away before the normaliser could take it off.
+        # A root that wants its inputs in fp32 (`fp32_inputs`: observations a normaliser takes, whose
+        # offset large against the spread bf16 would round away; an off-policy batch's TD targets)
+        # gets them uncast; the blocks cast what reaches them.
         root_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.float32,
-                                       cast_forward_inputs=not model.normalises_inputs)
+                                       cast_forward_inputs=not model.fp32_inputs)
     else:
         block_mp = root_mp = MixedPrecisionPolicy()
     for block in blocks:

@@ -127,16 +127,17 @@ def cat(trees: list[dict]) -> dict:
 
 
 def example_trajectory(spec: PolicySpec, T: int, E: int, generator: torch.Generator, state_size: int = 0,
-                       seq_len: int = 0, discounted_return: bool = False) -> dict:
+                       seq_len: int = 0, discounted_return: bool = False, after: bool = False) -> dict:
     """A trajectory of every field of `trajectory_fields`, [T, E, n, ...], each value in its range:
     random observations (indices below nvec, any byte for uint8), legal actions, every step a
     valid transition and episodes that end now and then. For tests and benches of the learner."""
     n = len(spec.agents)
     kinds = {f"obs.{leaf.name}": leaf for leaf in spec.obs}
     out: dict = {}
-    for name, (shape, dtype) in leaves(trajectory_fields(spec, state_size, discounted_return)):
-        length = time_length(name, T, seq_len)
+    for full, (shape, dtype) in leaves(trajectory_fields(spec, state_size, discounted_return, after)):
+        length = time_length(full, T, seq_len)
         lead = (E, n) if length is None else (length, E, n)
+        name = full.removeprefix("after.")  # the observation after the last step: as any other
         leaf = kinds.get(name)
         if leaf is not None:
             x = leaf.kind_class.example(leaf, lead, generator)
@@ -151,6 +152,6 @@ def example_trajectory(spec: PolicySpec, T: int, E: int, generator: torch.Genera
             x = -0.69 + 0.05 * torch.randn(lead, generator=generator)
         else:
             x = torch.randn((*lead, *shape), generator=generator)
-        put(out, name, x)
+        put(out, full, x)
     out["bootstrap_value"] = torch.where(out["truncated"], out["bootstrap_value"], 0.0)
     return out

@@ -21,7 +21,7 @@ CFG = dataclasses.replace(Config(), num_minibatches=2, update_epochs=2, seed=0, 
 
 def full_state(learner: Learner) -> dict:
     """Unsharded model and optimizer state (a collective: every rank calls it; rank 0 receives it)."""
-    model, optim = get_state_dict(learner.model, learner.optimizer,
+    model, optim = get_state_dict(learner.model, tuple(learner.optimizers.values()),
                                   options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return {"model": {k: v.clone() for k, v in model.items()},
             "optim": {fqn: {k: v.clone() for k, v in s.items()} for fqn, s in optim.get("state", {}).items()},

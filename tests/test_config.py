@@ -1,7 +1,7 @@
 import dataclasses
 
 import pytest
-from marl.config import Config, UsageError, load_toml, parse_args, to_toml, validate
+from marl.config import AlgorithmSection, Config, UsageError, load_toml, parse_args, to_toml, validate
 
 
 def test_defaults_toml_and_flags_layer_in_that_order(tmp_path):
@@ -244,7 +244,11 @@ def test_algorithm_choices_are_the_algorithms_and_declare_capabilities():
     from marl.config import FIELDS
 
     assert FIELDS["algo"].metadata["choices"] == tuple(ALGORITHMS)
-    assert {name: a.turn_based for name, a in ALGORITHMS.items()} == {"ppo": True, "appo": False, "impala": False}
+    assert {name: a.turn_based for name, a in ALGORITHMS.items()} == {
+        "ppo": True, "appo": False, "impala": False, "dqn": False, "iql": False, "vdn": False, "qmix": False, "sac": False}
+    assert {name for name, a in ALGORITHMS.items() if a.off_policy} == AlgorithmSection.OFF_POLICY
+    assert {name for name, a in ALGORITHMS.items() if a.team} == {"vdn", "qmix"}
+    assert {name for name, a in ALGORITHMS.items() if not a.recurrent} == {"sac"}
 
 
 def test_turn_based_games_take_whole_games_unless_steps_are_asked_for():

@@ -92,7 +92,7 @@ def test_the_rough_edges_of_the_command_line(train):
         assert r.returncode == 2 and r.stderr.startswith(message) and r.stderr.count("\n") == 1, r.stderr
     assert "use 'Taxi-v4'" in train("--env", "Taxi-v3").stderr
     help_text = train("--help", logdir=False).stdout
-    assert "--mode {sync,async}" in help_text and "--algo {ppo,appo,impala}" in help_text
+    assert "--mode {sync,async}" in help_text and "--algo {ppo,appo,impala,dqn,iql,vdn,qmix,sac}" in help_text
     assert "(default: )" not in help_text and "(default: None)" not in help_text
     assert "default: the env's reward_threshold" in help_text
     # Options that are slow on this machine say so; a resumed run with nothing left to do says how to go on.

@@ -1,72 +1,117 @@
 """The seam between the learner and an algorithm.
 
-An algorithm turns a learner rank's share of time-major trajectories into training targets, says
-how many passes it makes over them, and gives the loss of a minibatch. The learner does what is
-the same for all of them: the forward pass, backward, the global-norm clip, the optimizer step,
-FSDP, and the all-reduce of the metrics by name. Nothing here knows of processes, RPC or FSDP.
+Two families share it. Both build their networks around the run's policy set (`networks`) and
+their optimizers (`optimizers`: by name, one per phase of a gradient step), and declare what they
+can do as class attributes (`turn_based`, `recurrent`, `off_policy`, `team`), which marl.run
+checks before a run starts instead of refusing algorithms by name. Each reads its
+hyperparameters from `cfg`: the fields of its own `marl.config.Section`, which
+`marl.config.SECTIONS` composes into `Config`. Nothing here knows of processes, RPC or FSDP.
 
-An algorithm declares what it can do (`turn_based`, ...) as class attributes, and reads its
-hyperparameters from `cfg`: the fields of its own `marl.config.Section` (as V-trace's
-`VTraceSection`), which `marl.config.SECTIONS` composes into `Config`.
-
-An off-policy algorithm (`off_policy`: DQN, ...) follows `OffPolicyAlgorithm` instead: the
-learner keeps a replay shard per rank of the transitions it cuts (`marl.replay.nstep`), and the
-algorithm owns its networks (the policy, targets, critics, a mixer: `TrainingNets`), its
-optimizers, its loss on a sampled batch, its target updates and its exploration schedule.
+- On-policy (`OnPolicy`: PPO, APPO, IMPALA): the learner's update (marl.on_policy) turns a rank's
+  share of the trajectories just collected into the algorithm's `targets`, makes `epochs` passes
+  of `minibatches` over them, and steps on the algorithm's `loss`; then the data is dropped.
+- Off-policy (`OffPolicy`: DQN, IQL, VDN, QMIX, SAC): the learner's update (marl.off_policy) cuts
+  the trajectories into n-step transitions (marl.replay) kept in a replay shard per rank, and
+  takes the gradient steps owed for the data collected (--train-frequency): each phase of a step
+  (`phases`) is one forward of the whole root and a step of that phase's optimizer on the
+  algorithm's `loss`. Target networks, critics and mixers are the algorithm's, inside the root
+  (marl.models.training_nets.TrainingNets), so FSDP shards them and checkpoints hold them.
 """
 
 from __future__ import annotations
-
-from typing import Protocol
 
 import torch
 from torch import nn
 
 
-class Algorithm(Protocol):
-    name: str
-    epochs: int  # passes over each batch
-    needs_current: bool  # targets read the current network's log-probs and values over the trajectories
-    # Capabilities, which marl.run checks before a run starts (instead of refusing algorithms by name):
-    turn_based: bool  # its targets skip the steps an agent sat out waiting for its turn (traj["valid"])
+class OnPolicy:
+    """Defaults of the on-policy algorithms: the policy set alone, one Adam over it (CleanRL's eps)."""
+
+    off_policy = False
+    value_based = False  # the policies are actor-critics
+    team = False
+    recurrent = True  # trains recurrent policies on whole sequences replayed from the actors' states
+    action_dists: dict[str, str] = {}  # per action space, the distribution it must act with; else --action-dist
+    phases = ("policy",)
+    needs_current = False  # targets read the current network's log-probs and values over the trajectories
+    epochs = 1  # passes over each batch
+    turn_based = False  # its targets skip the steps an agent sat out waiting for its turn (traj["valid"])
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    @staticmethod
+    def policy_network(cfg) -> dict:
+        """How its policies differ from the built-in actor-critic, as plain data (marl.models.network_of)."""
+        return {}
+
+    def networks(self, policy: nn.Module, specs) -> nn.Module:
+        return policy
+
+    def optimizers(self, model: nn.Module) -> dict[str, torch.optim.Optimizer]:
+        # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
+        return {"policy": torch.optim.Adam(model.parameters(), lr=self.cfg.learning_rate, eps=1e-5, fused=True)}
 
     def targets(self, traj: dict, current: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, value targets), each [T, S, n], for one policy's trajectories [T, S, n, ...].
         `current` is (log-probs of the taken actions, values) under the learner's weights, where
         `needs_current`."""
+        raise NotImplementedError
 
     def minibatches(self, sizes: dict[str, int], k: int, generator: torch.Generator) -> list[dict[str, torch.Tensor]]:
         """One pass: for each of `k` minibatches, the unit indices of each policy (`sizes`: units per
         policy, a multiple of k). A unit is a sample, or for a recurrent network a whole sequence
         (the learner decides which: `marl.trajectory.sequences`)."""
+        return sample_minibatches(sizes, k, generator)
 
     def loss(self, new_logp: torch.Tensor, entropy: torch.Tensor, new_value: torch.Tensor,
              mb: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The minibatch's loss to minimise and its detached metrics by name."""
+        raise NotImplementedError
 
 
-class OffPolicyAlgorithm(Protocol):
-    name: str
-    off_policy: bool  # True
-    value_based: bool  # its policies are Q-networks (marl.models.q_network), else actor-critics
-    turn_based: bool
-    team: bool  # one transition per env copy with every agent in it (VDN, QMIX), else one per agent-step
-    action_dist: str | None  # the distribution its policies act with ("epsilon_greedy"), None: the space's own
+class OffPolicy:
+    """Defaults of the off-policy algorithms."""
 
-    def networks(self, policy: nn.Module) -> nn.Module:
-        """Its networks around the policy set (a marl.models.training_nets.TrainingNets)."""
+    off_policy = True
+    value_based = True  # its policies are Q-networks (marl.models.q_network) acting epsilon-greedily
+    team = False  # one transition per env copy with every agent in it (VDN, QMIX), else one per agent-step
+    recurrent = False  # a recurrent Q-network trains on stored sequences (marl.replay.sequences)
+    turn_based = False  # an agent's transition spanning the other players' moves is not cut
+    needs_state = False  # reads the env's global state (QMIX's mixer): --critic central records it
+    action_dists = {"Discrete": "epsilon_greedy"}
+    phases = ("q",)
 
-    def optimizers(self, nets: nn.Module) -> list[torch.optim.Optimizer]: ...
+    def __init__(self, cfg):
+        self.cfg = cfg
 
-    def loss(self, nets: nn.Module, batch: dict[str, dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The loss of one gradient step on each policy's sampled transitions (marl.replay), and its
-        detached metrics as `<policy>/<name>`; run inside the root's forward."""
+    @staticmethod
+    def policy_network(cfg) -> dict:
+        """Its policies are Q-networks (marl.models.q_network), plain or dueling."""
+        return {"q": "dueling" if cfg.dueling else "plain"}
+
+    def networks(self, policy: nn.Module, specs) -> nn.Module:
+        """Its networks around the policy set, as one root (a TrainingNets)."""
+        raise NotImplementedError
+
+    def optimizers(self, nets: nn.Module) -> dict[str, torch.optim.Optimizer]:
+        raise NotImplementedError
+
+    def loss(self, nets: nn.Module, batch: dict[str, dict], phase: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss of one phase of a gradient step on the sampled transitions (by shard: each
+        policy's, or the team's), and its detached metrics as `<policy>/<name>`; run inside the
+        root's forward."""
+        raise NotImplementedError
 
     def after_update(self, nets: nn.Module, updates: int) -> None:
-        """After the `updates`-th gradient step of the run: the target networks' update, when due."""
+        """After the `updates`-th gradient step of the run: the target networks follow, when due
+        (every --target-network-frequency steps, by --tau: 1 copies)."""
+        if updates % self.cfg.target_network_frequency == 0:
+            nets.update_targets(self.cfg.tau)
 
     def explore(self, nets: nn.Module, step: int) -> dict[str, float]:
         """Set the actors' exploration for the rollouts after agent-step `step`; returns it as metrics."""
+        return {}
 
 
 def sample_minibatches(sizes: dict[str, int], k: int, generator: torch.Generator) -> list[dict[str, torch.Tensor]]:

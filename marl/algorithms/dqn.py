@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from marl.algorithms.base import linear_schedule
+from marl.algorithms.base import OffPolicy, linear_schedule
+from marl.replay import nstep_windows
 from marl.distributions.categorical import masked
 from marl.models.training_nets import TrainingNets
 
@@ -29,22 +30,17 @@ def td_loss(q_taken: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.smooth_l1_loss(q_taken, target.detach())
 
 
-class DQN:
+class DQN(OffPolicy):
+    """Each policy's Q-network learns from its agents' own transitions, its target a copy of it."""
+
     name = "dqn"
-    off_policy = True
-    value_based = True  # its policies are Q-networks, acting epsilon-greedily (marl.distributions.epsilon_greedy)
-    turn_based = False  # an agent's transition spanning the other players' moves is not cut yet
-    team = False  # one transition per agent-step
-    action_dist = "epsilon_greedy"
+    recurrent = True  # a recurrent Q-network trains on stored sequences (marl.replay.agent_sequences)
 
-    def __init__(self, cfg):
-        self.cfg = cfg
-
-    def networks(self, policy) -> TrainingNets:
+    def networks(self, policy, specs) -> TrainingNets:
         return TrainingNets(policy, targets=("policy",))
 
-    def optimizers(self, nets: TrainingNets) -> list[torch.optim.Optimizer]:
-        return [torch.optim.Adam(nets.policy.parameters(), lr=self.cfg.learning_rate, fused=True)]
+    def optimizers(self, nets: TrainingNets) -> dict[str, torch.optim.Optimizer]:
+        return {"q": torch.optim.Adam(nets.policy.parameters(), lr=self.cfg.learning_rate, fused=True)}
 
     def epsilon(self, step: int) -> float:
         """CleanRL's linear schedule: start_e to end_e over the first exploration_fraction of the budget."""
@@ -53,19 +49,23 @@ class DQN:
 
     def explore(self, nets: TrainingNets, step: int) -> dict[str, float]:
         eps = self.epsilon(step)
-        for net in nets.policy.policies.values():
+        for net in nets.policies.values():
             net.epsilon.fill_(eps)
         return {"epsilon": eps}
 
-    def loss(self, nets: TrainingNets, batch: dict[str, dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(self, nets: TrainingNets, batch: dict[str, dict], phase: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The sum over policies of each one's mean TD loss on its sampled transitions."""
         total, stats = 0.0, {}
         for name, b in batch.items():
-            online, target = nets.policy.policies[name], nets.targets["policy"].policies[name]
-            q = online.q_values(b["obs"])
+            online, target = nets.policies[name], nets.targets["policy"].policies[name]
+            if online.state_size:
+                loss, q_mean = self.sequence_loss(online, target, b)
+                total = total + loss
+                stats[f"{name}/td_loss"], stats[f"{name}/q_values"] = loss.detach(), q_mean
+                continue
+            q, next_online = self.online_q(online, b["obs"], b["next_obs"])
             q_taken = q.gather(-1, b["actions"].long().unsqueeze(-1)).squeeze(-1)
             with torch.no_grad():
-                next_online = online.q_values(b["next_obs"]) if self.cfg.double_q else None
                 y = td_target(b["returns"], b["discounts"], target.q_values(b["next_obs"]), next_online,
                               b.get("next_action_mask"))
             loss = td_loss(q_taken, y)
@@ -73,7 +73,47 @@ class DQN:
             stats[f"{name}/td_loss"], stats[f"{name}/q_values"] = loss.detach(), q_taken.detach().mean()
         return total, stats
 
-    def after_update(self, nets: TrainingNets, updates: int) -> None:
-        """The target network follows every target_network_frequency gradient steps (tau 1: copied)."""
-        if updates % self.cfg.target_network_frequency == 0:
-            nets.update_targets(self.cfg.tau)
+    def online_q(self, online, obs: dict, next_obs: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The online network's Q at the observations, and (detached; double Q only) at the next ones,
+        from one forward over both: half the calls of two."""
+        if not self.cfg.double_q:
+            return online.q_values(obs), None
+        both = online.q_values({k: torch.cat([obs[k], next_obs[k]]) for k in obs})
+        q, next_q = both.chunk(2)
+        return q, next_q.detach()
+
+
+    def sequence_loss(self, online, target, b: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """A recurrent Q-network's loss on sequences (marl.replay.agent_sequences) replayed from their
+        stored states (R2D2, Kapturowski et al. 2019): the Huber TD loss over their valid steps."""
+        tm = lambda x: x.transpose(0, 1)  # noqa: E731 - [N, L, ...] -> time-major
+        mask = b.get("action_mask")
+        taken, greedy = unroll(online, target, {k: tm(v) for k, v in b["obs"].items()}, tm(b["starts"]), b["core_state"],
+                               tm(b["actions"]), None if mask is None else tm(mask), self.cfg.double_q)
+        ret, disc, t_next = nstep_windows(tm(b["rewards"]), tm(b["terminated"]), tm(b["truncated"]), self.cfg.n_step,
+                                          self.cfg.gamma)
+        y = ret + disc * greedy.gather(0, t_next)
+        valid = tm(b["valid"])
+        return td_loss(taken[valid], y[valid]), taken.detach()[valid].mean()
+
+
+def unroll(online, target, obs: dict, starts: torch.Tensor, core: torch.Tensor, actions: torch.Tensor,
+           mask: torch.Tensor | None, double: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Time-major sequences of L + 1 steps (the last one only bootstrapped from) replayed from their
+    stored states by a recurrent Q-network and its target: (Q of the taken actions [L, M], with
+    grad; and detached, at every step t <= L, the target's Q of the action the online network
+    (double Q) or the target itself picks there among the legal ones [L + 1, M])."""
+    q, _ = online.q_values(obs, core, starts)
+    with torch.no_grad():
+        q_target, _ = target.q_values(obs, core, starts)
+        best = masked(q.detach() if double else q_target, mask).argmax(-1, keepdim=True)
+        greedy = q_target.gather(-1, best).squeeze(-1)
+    return q[:-1].gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), greedy
+
+
+class IQL(DQN):
+    """Independent Q-learning (Tan 1993): DQN on a multi-agent env, each agent learning from its own
+    transitions as if the others were part of the env, through its policy's Q-network (shared by
+    default: parameter sharing). The name BenchMARL and EPyMARL give it."""
+
+    name = "iql"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from marl.algorithms.appo import vtrace_targets
-from marl.algorithms.base import sample_minibatches
+from marl.algorithms.base import OnPolicy
 
 
 def impala_loss(new_logprob: torch.Tensor, pg_advantages: torch.Tensor, new_value: torch.Tensor, vs: torch.Tensor,
@@ -19,7 +19,7 @@ def impala_loss(new_logprob: torch.Tensor, pg_advantages: torch.Tensor, new_valu
     return loss, {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach()}
 
 
-class IMPALA:
+class IMPALA(OnPolicy):
     """The paper's loss takes V-trace's advantages as they are: centring them (the learner's
     --norm-adv) adds a baseline that the importance weights do not correct, which drives the policy
     deterministic off-policy; configs/cartpole_impala.toml turns it off."""
@@ -27,13 +27,7 @@ class IMPALA:
     name = "impala"
     needs_current = True
     turn_based = False  # V-trace's recursion does not skip a waiting agent's steps yet
-    off_policy = value_based = False  # learns from each batch once collected, through an actor-critic
-    action_dist = None  # the space's own (--action-dist)
-    minibatches = staticmethod(sample_minibatches)
     epochs = 1
-
-    def __init__(self, cfg):
-        self.cfg = cfg
 
     def targets(self, traj: dict, current) -> tuple[torch.Tensor, torch.Tensor]:
         return vtrace_targets(self.cfg, traj, current)

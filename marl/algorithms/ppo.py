@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from marl.algorithms.base import sample_minibatches
-
+from marl.algorithms.base import OnPolicy
 from marl.algorithms.gae import gae
 
 
@@ -42,19 +41,16 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     return loss, stats
 
 
-class PPO:
+class PPO(OnPolicy):
     """PPO as CleanRL's ppo.py: GAE targets from the behaviour values (Schulman et al. 2016),
     `update_epochs` passes over shuffled minibatches, the clipped surrogate."""
 
     name = "ppo"
     needs_current = False
     turn_based = True  # GAE bridges a waiting agent's steps (gae's `valid`)
-    off_policy = value_based = False  # learns from each batch once collected, through an actor-critic
-    action_dist = None  # the space's own (--action-dist)
-    minibatches = staticmethod(sample_minibatches)
 
     def __init__(self, cfg):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.epochs = cfg.update_epochs
 
     def targets(self, traj: dict, current=None) -> tuple[torch.Tensor, torch.Tensor]:

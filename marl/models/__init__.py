@@ -16,6 +16,7 @@ from marl.models.core import Core
 from marl.models.custom import CustomPolicy, ModelError
 from marl.models.normalize import ObsNormalizer
 from marl.models.q_network import QNetwork
+from marl.models.sac import SACActor
 
 
 def network_of(cfg) -> dict:
@@ -31,8 +32,8 @@ def network_of(cfg) -> dict:
         network.update(norm_obs=cfg.clip_obs)
     from marl.algorithms import ALGORITHMS
 
-    if ALGORITHMS[cfg.algo].value_based:  # a Q-network instead of the actor-critic
-        network.update(q="dueling" if cfg.dueling else "plain")  # the clip: the normaliser's statistics are in the state dict
+    # An off-policy algorithm's policies: a Q-network (value methods) or SAC's actor, instead of the actor-critic.
+    network.update(ALGORITHMS[cfg.algo].policy_network(cfg))
     return network
 
 
@@ -41,12 +42,16 @@ def build_policy(spec, network: dict) -> nn.Module:
     if network["model"]:
         policy = CustomPolicy(spec, network["model"], network["model_kwargs"])
     elif "q" in network:
-        policy = QNetwork(spec, tuple(network["hidden_sizes"]), network["encoder"], network["q"] == "dueling")
+        policy = QNetwork(spec, tuple(network["hidden_sizes"]), network["encoder"], network["q"] == "dueling",
+                          network.get("core", "none"), network.get("core_size", 64))
+    elif network.get("actor") == "sac":
+        policy = SACActor(spec, tuple(network["hidden_sizes"]), network["encoder"])
     else:
         policy = ActorCritic(spec, tuple(network["hidden_sizes"]), network["encoder"], network.get("core", "none"),
                              network.get("core_size", 64))
     if "norm_obs" in network:
-        policy.obs_norm = ObsNormalizer(spec.obs, network["norm_obs"], spec.state_dim)
+        # A Q-network reads no global state (QMIX's mixer takes it raw): its normaliser has no statistics of it.
+        policy.obs_norm = ObsNormalizer(spec.obs, network["norm_obs"], 0 if "q" in network else spec.state_dim)
     return policy
 
 
@@ -89,8 +94,9 @@ class PolicySet(nn.Module):
         return {name: self.policies[name](*args) for name, args in inputs.items()}
 
     @property
-    def normalises_inputs(self) -> bool:
-        """Whether a policy normalises its observations itself (--norm-obs)."""
+    def fp32_inputs(self) -> bool:
+        """Whether a policy normalises its observations itself (--norm-obs): bf16 learners then give
+        them to it in fp32 (marl.sharding)."""
         return any(p.obs_norm is not None for p in self.policies.values())
 
     def state_size(self, name: str) -> int:

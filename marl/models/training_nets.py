@@ -1,7 +1,7 @@
 """The networks an off-policy algorithm trains, as one root module for FSDP2 and the checkpoint:
 the `policy` (the PolicySet that actors run and that is published), the algorithm's other networks
-by name (critics, a mixer), and frozen target copies of those it names (Mnih et al. 2015's target
-network; Lillicrap et al. 2016's soft update).
+by name (critics, a mixer, a temperature), and frozen target copies of those it names (Mnih et al.
+2015's target network; Lillicrap et al. 2016's soft update).
 
 `forward(fn, *args)` runs `fn(self, *args)`: an algorithm computes its whole loss inside the root's
 forward, because FSDP2 gathers the root's own parameters in the root's forward and every network
@@ -45,17 +45,31 @@ class TrainingNets(nn.Module):
                 t.copy_(s)
 
     @property
-    def normalises_inputs(self) -> bool:
-        return self.policy.normalises_inputs
+    def policies(self) -> nn.ModuleDict:
+        return self.policy.policies
+
+    @property
+    def fp32_inputs(self) -> bool:
+        """A sampled batch holds TD targets' inputs (returns, discounts): bf16 would round them."""
+        return True
 
     def state_size(self, name: str) -> int:
         return self.policy.state_size(name)
 
     def blocks(self, min_params: int = 0) -> list[nn.Module]:
-        """The policy's blocks and its target's, and the size-based units of the other networks."""
+        """The policy's blocks and its target's, and those the other networks declare (else the
+        submodules FSDP's size-based rule picks)."""
         out = self.policy.blocks(min_params)
         for name, target in self.targets.items():
-            out += target.blocks(min_params) if isinstance(target, PolicySet) else size_based_units(target, min_params)
+            out += _blocks(target, min_params)
         for module in self.others.values():
-            out += size_based_units(module, min_params)
+            out += _blocks(module, min_params)
         return out
+
+
+def _blocks(module: nn.Module, min_params: int) -> list[nn.Module]:
+    if isinstance(module, PolicySet):
+        return module.blocks(min_params)
+    if isinstance(module, nn.ModuleDict):  # a network per policy
+        return [b for m in module.values() for b in _blocks(m, min_params)]
+    return module.blocks() if hasattr(module, "blocks") else size_based_units(module, min_params)
