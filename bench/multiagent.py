@@ -3,8 +3,10 @@
 Cases (each trains with `train.py --config configs/<case>.toml`, seeds 1..N, to a fixed budget of
 agent-steps, in sync mode so that a seed gives the same run on a busy machine):
 - coop_nav: the first-party cooperative navigation env, MAPPO (`--critic central`), IPPO
-  (`--critic local`) and recurrent MAPPO (`--core gru`: a GRU in the actor and one in the critic);
-- simple_spread: PettingZoo MPE2 simple_spread_v3 (N=3, 25 steps, discrete), MAPPO and recurrent MAPPO;
+  (`--critic local`), recurrent MAPPO (`--core gru`: a GRU in the actor and one in the critic), and
+  the off-policy value decompositions QMIX and VDN (configs/coop_nav_qmix.toml, at MAPPO's budget);
+- simple_spread: PettingZoo MPE2 simple_spread_v3 (N=3, 25 steps, discrete), MAPPO, recurrent MAPPO,
+  QMIX and VDN (configs/simple_spread_qmix.toml);
 - simple_spread_continuous: the same with Box actions (`continuous_actions=True`) and --norm-obs,
   MAPPO with the clipped Gaussian and with the tanh-squashed one;
 - speaker_listener: MPE2 simple_speaker_listener_v4, one network per agent (`--policies per-agent`:
@@ -19,6 +21,7 @@ plays uniformly random actions in the same env for the same number of episodes.
     python bench/multiagent.py                                  # every case, 5 seeds
     python bench/multiagent.py --cases coop_nav --seeds 5
     python bench/multiagent.py --cases coop_nav,simple_spread --variants MAPPO,rMAPPO --seeds 3
+    python bench/multiagent.py --cases coop_nav,simple_spread --variants MAPPO,QMIX,VDN --seeds 3
     python bench/multiagent.py --smoke                          # CI: tiny budgets, 1 seed
     python bench/multiagent.py --cases coop_nav --variants MAPPO,IPPO --logdir runs/bench   # keep the runs (bench/plot.py)
 
@@ -42,8 +45,12 @@ CONTINUOUS = ["--env-kwargs", '{"N": 3, "max_cycles": 25, "continuous_actions": 
 # case: (config, flags every run of the case and its random baseline take, {variant: its own flags})
 CASES = {
     "coop_nav": ("configs/coop_nav.toml", [], {"MAPPO": ["--critic", "central"], "IPPO": ["--critic", "local"],
-                                               "rMAPPO": ["--critic", "central", "--core", "gru"]}),
-    "simple_spread": ("configs/simple_spread.toml", [], {"MAPPO": [], "rMAPPO": ["--core", "gru"]}),
+                                               "rMAPPO": ["--critic", "central", "--core", "gru"],
+                                               "QMIX": ["--config", "configs/coop_nav_qmix.toml"],
+                                               "VDN": ["--config", "configs/coop_nav_qmix.toml", "--algo", "vdn"]}),
+    "simple_spread": ("configs/simple_spread.toml", [], {"MAPPO": [], "rMAPPO": ["--core", "gru"],
+                                                         "QMIX": ["--config", "configs/simple_spread_qmix.toml"],
+                                                         "VDN": ["--config", "configs/simple_spread_qmix.toml", "--algo", "vdn"]}),
     # Box(0, 1, (5,)) actions: a Gaussian clipped to the bounds, or squashed into them by tanh.
     "simple_spread_continuous": ("configs/simple_spread.toml", CONTINUOUS,
                                  {"MAPPO": [], "MAPPO tanh": ["--action-dist", "tanh_gaussian"]}),

@@ -82,7 +82,18 @@ class Learner:
         if cfg.resume:
             checkpoint.load(self.state, Path(cfg.resume), self.group)  # a collective, like everything a Learner does
             if self.algorithm.off_policy:
-                checkpoint.load_own(self.training.own, Path(cfg.resume), self.rank)
+                self._load_replay(Path(cfg.resume))
+
+    def _load_replay(self, path: Path) -> None:
+        """A rank's replay shards from the checkpoint (--save-buffer), where it was written by as many
+        learner ranks as this run has: a shard holds the env slots of its rank, with its share of the
+        capacity. On another count, or without the buffer, they start empty."""
+        saved_by = checkpoint.read_trainer(path)["learners"]
+        loaded = saved_by == self.world and checkpoint.load_own(self.training.own, path, self.rank)
+        if self.rank == 0 and not loaded:
+            why = (f"it was saved by {saved_by} learner ranks, this run has {self.world}" if saved_by != self.world
+                   else "the checkpoint holds none (--save-buffer keeps it)")
+            print(f"marl: the replay buffer starts empty: {why}", flush=True)
 
     def update(self, trajs: dict[str, dict], global_step: int, pieces: list[tuple[int, int]]) -> tuple[dict[str, float], int]:
         """One update from this rank's share of every policy's trajectories ([T, S, n, ...], whole env

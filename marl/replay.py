@@ -9,7 +9,8 @@ steps), and `next_*`, the observation side of the step it bootstraps from.
 
 - `agent_transitions`: one row per valid agent-step of a policy (DQN, IQL, SAC).
 - `team_transitions`: one row per env step where every agent of every policy acted (VDN, QMIX):
-  each policy's fields under `policies` [R, n_g, ...], the team's reward (the sum of the agents')
+  each policy's fields under `policies` [R, n_g, ...], the team's reward (the mean of the agents':
+  the shared reward itself where every agent gets it)
   and its global `state`.
 - `sequence_rows`: a recurrent Q-network's chunks of --seq-len steps with the state it started
   them from (R2D2's stored state, Kapturowski et al. 2019), the targets computed in the loss.
@@ -93,12 +94,13 @@ def agent_transitions(traj: dict, n: int, gamma: float) -> dict:
 
 def team_transitions(trajs: dict[str, dict], n: int, gamma: float) -> dict:
     """Every policy's trajectories of the same env slots (dict by policy) as joint n-step transitions
-    [R], one per step where every agent acted: the team's reward is the sum of its agents', its
+    [R], one per step where every agent acted: the team's reward is the mean of its agents' (the
+    shared reward itself where every agent is given it, as in coop_nav), its
     episode ends where any agent's does, and the global `state` (where the policies record it: it
     is the same for every agent, marl.policies.critic_state) comes from the first policy's first agent."""
     joint = {k: torch.cat([t[k] for t in trajs.values()], dim=2) for k in ("rewards", "terminated", "truncated", "valid")}
     valid = joint["valid"].all(-1)
-    ret, disc, t_next = nstep_windows(joint["rewards"].sum(-1), joint["terminated"].any(-1), joint["truncated"].any(-1),
+    ret, disc, t_next = nstep_windows(joint["rewards"].mean(-1), joint["terminated"].any(-1), joint["truncated"].any(-1),
                                       n, gamma)
     policies = {}
     for name, traj in trajs.items():
@@ -157,13 +159,13 @@ def agent_sequences(traj: dict, seq_len: int) -> dict:
 def team_sequences(trajs: dict[str, dict], seq_len: int) -> dict:
     """The joint chunks of every policy's trajectories of the same env slots, as team_transitions' rows
     are joint steps: per policy its fields [N, L(+1), n_g, ...] and states [N, n_g, size] under
-    `policies`; the team's reward (sum), ends (any) and `valid` (every agent acted) [N, L]; the global
+    `policies`; the team's reward (mean), ends (any) and `valid` (every agent acted) [N, L]; the global
     `state` [N, L + 1, D] where recorded. Chunks without a valid team step are left out."""
     policies = {name: _sequences(t, seq_len, agents_apart=False) for name, t in trajs.items()}
     joint = {k: torch.cat([p[k] for p in policies.values()], dim=2) for k in ("rewards", "terminated", "truncated", "valid")}
     out = {"policies": {name: {k: v for k, v in p.items() if k not in ("rewards", "terminated", "truncated", "valid", "state")}
                         for name, p in policies.items()},
-           "rewards": joint["rewards"].sum(-1), "terminated": joint["terminated"].any(-1),
+           "rewards": joint["rewards"].mean(-1), "terminated": joint["terminated"].any(-1),
            "truncated": joint["truncated"].any(-1), "valid": joint["valid"].all(-1)}
     first = next(iter(policies.values()))
     if "state" in first:

@@ -131,8 +131,10 @@ def check_turn_based(cfg, recurrent: bool) -> None:
                          "recurrent --model)")
 
 
-def check_algorithm(cfg, info, recurrent: bool) -> None:
-    """What an algorithm declares it cannot do (`marl.algorithms.base`) refuses the run in one line."""
+def check_algorithm(cfg, info) -> None:
+    """What an off-policy algorithm declares it cannot do (`marl.algorithms.base`) refuses the run in
+    one line, before any network is built (its networks are its own, so --core alone says whether
+    they are recurrent)."""
     from marl.algorithms import ALGORITHMS
 
     algo = ALGORITHMS[cfg.algo]
@@ -141,7 +143,7 @@ def check_algorithm(cfg, info, recurrent: bool) -> None:
     if cfg.model:
         raise UsageError(f"--algo {cfg.algo} builds its own networks (Q-networks, or SAC's actor and critics); a --model "
                          f"plays the on-policy algorithms' actor-critic: drop --model, or use --algo ppo")
-    if (recurrent or cfg.core != "none") and not algo.recurrent:
+    if cfg.core != "none" and not algo.recurrent:
         able = [name for name, a in ALGORITHMS.items() if a.off_policy and a.recurrent]
         raise UsageError(f"--algo {cfg.algo} trains feed-forward networks only; drop --core"
                          + (f" (recurrent off-policy: --algo {', '.join(able)})" if able else ""))
@@ -231,6 +233,7 @@ def prepare(values: dict):
         info = describe(cfg.env, cfg.agents or default_agents(cfg.env), cfg.env_kwargs, cfg.obs_keys, cfg.wrappers)
         cfg = resolve_rollout(dataclasses.replace(cfg, agents=cfg.agents or len(info.agent_ids)), info.turn_based)
         check_batch(cfg, cfg.learners)  # validate could not: the agents or the rollout unit were the env's to say
+        check_algorithm(cfg, info)
         # A mapping or a network that cannot work fails here, before any process starts.
         specs = specs_of(cfg, info)
         recurrent = check_network(specs, network_of(cfg))
@@ -242,7 +245,6 @@ def prepare(values: dict):
             check_compatible(Path(cfg.resume), cfg, info)
     except (EnvError, CheckpointError, PolicyError, ModelError) as e:
         raise UsageError(str(e)) from None
-    check_algorithm(cfg, info, recurrent)
     if info.turn_based:
         check_turn_based(cfg, recurrent)
     if cfg.opponents == "pool" and not info.own_agents:

@@ -111,3 +111,69 @@ def test_only_a_complete_checkpoint_counts_and_old_ones_are_pruned(tmp_path):
 def test_resume_of_something_that_is_not_a_checkpoint_says_so(make, message, tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match=message):
         checkpoint.resolve(str(make(tmp_path)))
+
+
+SAC = dataclasses.replace(CFG, env="Pendulum-v1", algo="sac", learning_starts=0, train_frequency=64.0, batch_size=32,
+                          save_buffer=True)
+
+
+def _off_policy_state(learner: Learner) -> dict:
+    state = full_state(learner)
+    state["replay"] = {k: v.state_dict() for k, v in learner.training.own.items()}
+    return state
+
+
+def _save_off_policy(rank: int, world: int, run_dir: str, out: str) -> None:
+    from marl.specs import example_trajectory
+
+    cfg = dataclasses.replace(SAC, logdir=str(run_dir), run_name="run")
+    learner = Learner(cfg, describe(cfg.env, 1), dist.group.WORLD, torch.device("cpu"))
+    if rank == 0:
+        group = LearnerGroup(learner)
+        g = torch.Generator().manual_seed(3)
+        for step in (0, 2_000):  # gradient steps in both updates: every optimizer has state worth restoring
+            metrics, used = group.update([{s.name: example_trajectory(s, 16, 4, g, after=True) for s in learner.specs}],
+                                         global_step=step)
+            assert used > 0
+        group.save(3, {"iteration": 3, "global_step": 4_000, "version": 2, "recent": torch.tensor([1.0])})
+        group.stop()
+    else:
+        follow(learner)
+    state = _off_policy_state(learner)
+    if rank == 0:
+        torch.save(state, out)
+
+
+def _load_off_policy(rank: int, world: int, ckpt: str, out: str) -> None:
+    cfg = dataclasses.replace(SAC, seed=99, resume=ckpt)
+    learner = Learner(cfg, describe(cfg.env, 1), dist.group.WORLD, torch.device("cpu"))
+    state = _off_policy_state(learner)
+    if rank == 0:
+        torch.save(state, out)
+
+
+@pytest.mark.parametrize("saved_by, loaded_by", [(2, 2), (2, 1)])
+def test_an_off_policy_checkpoint_restores_targets_every_optimizer_and_the_buffer(saved_by, loaded_by, tmp_path):
+    """SAC's policy, twin critics, their targets and the temperature, both optimizers (critic, actor),
+    and with --save-buffer each rank's replay shard (the same rank count only: shards are per rank)."""
+    run_ranks(_save_off_policy, saved_by, tmp_path, tmp_path, str(tmp_path / "saved.pt"))
+    ckpt = checkpoint.latest(tmp_path / "run")
+    assert sorted(p.name for p in ckpt.glob("own_rank*.pt")) == [f"own_rank{r}.pt" for r in range(saved_by)]
+    run_ranks(_load_off_policy, loaded_by, tmp_path, str(ckpt), str(tmp_path / "loaded.pt"))
+    saved, loaded = torch.load(tmp_path / "saved.pt"), torch.load(tmp_path / "loaded.pt")
+    assert any(k.startswith("targets.qf1.") for k in saved["model"]) and any("temperature" in k for k in saved["model"])
+    assert saved["model"].keys() == loaded["model"].keys()
+    for key in saved["model"]:
+        assert torch.equal(saved["model"][key], loaded["model"][key]), key
+    assert any(fqn.startswith("others.qf1.") for fqn in saved["optim"]) and any(fqn.startswith("policy.") for fqn in saved["optim"])
+    assert saved["optim"].keys() == loaded["optim"].keys()
+    for fqn in saved["optim"]:
+        for k in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(saved["optim"][fqn][k], loaded["optim"][fqn][k]), (fqn, k)
+    (key,) = saved["replay"]  # rank 0's shard
+    if saved_by == loaded_by:
+        assert int(loaded["replay"][key]["size"]) == int(saved["replay"][key]["size"]) > 0
+        for name, rows in saved["replay"][key].items():
+            assert torch.equal(rows, loaded["replay"][key][name]), name
+    else:
+        assert int(loaded["replay"][key]["size"]) == 0  # another rank count: the shards start empty

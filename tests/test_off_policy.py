@@ -106,7 +106,7 @@ def test_team_transitions_join_every_agent_of_every_policy():
     assert rows["returns"].shape == (int(joint.sum()),)
     assert rows["policies"]["a"]["actions"].shape == (int(joint.sum()), 2)
     assert rows["policies"]["b"]["obs"]["obs"].shape == (int(joint.sum()), 1, 1)
-    reward = a["rewards"].sum(-1) + b["rewards"].sum(-1)
+    reward = (a["rewards"].sum(-1) + b["rewards"].sum(-1)) / 3  # the mean of the team's three agents
     ret, disc, nxt = windows_reference(reward, a["terminated"][..., 0], a["truncated"][..., 0], 2, 0.9)
     for i, obs_id in enumerate(rows["policies"]["a"]["obs"]["obs"][:, 0, 0].long().tolist()):
         t, s = obs_id // 100, obs_id // 10 % 10
@@ -195,14 +195,15 @@ def test_the_vdn_mixer_sums_and_the_qmix_mixer_is_its_definition_and_monotonic()
     torch.manual_seed(0)
     mixer = QMixer(3, 4, embed=6, hypernet_embed=8)
     state = torch.randn(5, 4, generator=g)
-    got = mixer(qs, state)
+    with torch.no_grad():
+        got = mixer(qs, state)
     for i in range(5):  # Rashid et al. 2018, Sec. 4.2, one sample at a time
         s = state[i]
         w1 = mixer.hyper_w1(s).abs().view(3, 6)
         hidden = torch.nn.functional.elu(qs[i] @ w1 + mixer.hyper_b1(s))
         w2 = mixer.hyper_w2(s).abs().view(6)
         want = hidden @ w2 + mixer.hyper_b2(s)[0]
-        assert float(got[i]) == pytest.approx(float(want), abs=1e-5)
+        assert float(got[i]) == pytest.approx(float(want.detach()), abs=1e-5)
     # Monotonic in every agent's Q, whatever the state and the weights: dQ_tot / dQ_i >= 0 (Eq. 5).
     for seed in range(5):
         torch.manual_seed(seed)
@@ -265,3 +266,82 @@ def test_discrete_sac_gives_illegal_actions_no_probability_and_finite_terms():
     q[mask] = 1.0
     v = soft_target(torch.zeros(2), torch.ones(2), q, q, logp, torch.tensor(1e6), probs)
     assert torch.isfinite(v).all()
+
+
+def test_sequences_carry_one_more_observation_and_the_state_each_chunk_started_from():
+    from marl.replay import agent_sequences, team_sequences
+
+    g = torch.Generator().manual_seed(8)
+    T, S, k, L = 10, 2, 2, 4  # chunks of 4, 4, 2 (the last padded)
+    traj = trajectory(T, S, k, g)
+    traj["core_state"] = torch.randn(3, S, k, 5, generator=g)
+    rows = agent_sequences(traj, L)
+    assert rows["obs"]["obs"].shape[1:] == (L + 1, 1) and rows["actions"].shape[1:] == (L,)
+    for i in range(rows["actions"].shape[0]):
+        first = int(rows["obs"]["obs"][i, 0, 0])
+        t0, s, j = first // 100, first // 10 % 10, first % 10
+        c = t0 // L
+        torch.testing.assert_close(rows["core_state"][i], traj["core_state"][c, s, j])
+        for m in range(L + 1):  # the chunk's steps, then the step after it (`after` past the end), then padding
+            t = t0 + m
+            want = t * 100 + s * 10 + j if t <= T else 0
+            assert int(rows["obs"]["obs"][i, m, 0]) == want
+            if m < L:
+                assert bool(rows["valid"][i, m]) == (t < T and bool(traj["valid"][t, s, j]))
+    # Team chunks: every policy's agents side by side, one row per chunk and slot.
+    team = team_sequences({"a": traj, "b": traj}, L)
+    assert team["policies"]["a"]["obs"]["obs"].shape[1:] == (L + 1, k, 1)
+    assert team["policies"]["b"]["core_state"].shape[1:] == (k, 5) and team["rewards"].shape[1:] == (L,)
+
+
+def test_the_recurrent_q_loss_is_a_step_by_step_replay_from_the_stored_state():
+    """DQN's loss on stored-state sequences against the same network run one step at a time from the
+    stored state, its episode starts zeroing the state, and the n-step targets written out."""
+    from marl.algorithms.dqn import DQN
+    from marl.models.q_network import QNetwork
+    from marl.policies import specs_of
+    from envs import describe
+    from marl.config import Config
+
+    cfg = Config(algo="dqn", core="gru", core_size=8, hidden_sizes=(16,), n_step=2, gamma=0.9, seq_len=5)
+    (spec,) = specs_of(cfg, describe("CartPole-v1", 1))
+    torch.manual_seed(0)
+    online, target = QNetwork(spec, (16,), core="gru", core_size=8), QNetwork(spec, (16,), core="gru", core_size=8)
+    g = torch.Generator().manual_seed(9)
+    N, L = 3, 5
+    b = {"obs": {"obs": torch.randn(N, L + 1, 4, generator=g)}, "actions": torch.randint(0, 2, (N, L), generator=g),
+         "rewards": torch.randn(N, L, generator=g), "terminated": torch.rand(N, L, generator=g) < 0.2,
+         "truncated": torch.zeros(N, L, dtype=torch.bool), "valid": torch.rand(N, L, generator=g) < 0.9,
+         "starts": torch.rand(N, L + 1, generator=g) < 0.2, "core_state": torch.randn(N, 8, generator=g)}
+    algo = DQN(cfg)
+    loss, _ = algo.sequence_loss(online, target, b)
+
+    def replay(net, i):
+        h, out = b["core_state"][i:i + 1], []
+        for t in range(L + 1):
+            params, h = net.act({"obs": b["obs"]["obs"][i, t:t + 1]}, torch.where(b["starts"][i, t], 0.0, h),
+                                torch.zeros(1, dtype=torch.bool))
+            out.append(params[0, :-1])
+        return torch.stack(out)
+
+    errors = []
+    for i in range(N):
+        with torch.no_grad():
+            q, qt = replay(online, i), replay(target, i)
+        for t in range(L):
+            if not b["valid"][i, t]:
+                continue
+            y, d, m = 0.0, 1.0, 0
+            while m < 2 and t + m < L:
+                y += d * float(b["rewards"][i, t + m])
+                d *= 0.9
+                m += 1
+                if b["terminated"][i, t + m - 1]:
+                    d = 0.0
+                    break
+            nxt = t + m
+            y += d * float(qt[nxt, int(q[nxt].argmax())])  # double Q: the online network picks
+            errors.append(float(q[t, int(b["actions"][i, t])]) - y)
+    e = torch.tensor(errors).abs()
+    want = torch.where(e < 1, 0.5 * e ** 2, e - 0.5).mean()  # Huber, delta 1
+    assert float(loss.detach()) == pytest.approx(float(want), rel=1e-5, abs=1e-6)

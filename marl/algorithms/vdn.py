@@ -1,8 +1,9 @@
 """VDN (Sunehag et al. 2018, "Value-Decomposition Networks For Cooperative Multi-Agent Learning"):
 the team's Q is the sum of the agents' Qs of their own observations and actions, learnt end to end
-on the team's reward (the sum of the agents'), so that every agent acting greedily on its own Q
-acts greedily for the team. Transitions are joint (one per env step, every agent in it:
-marl.replay.team_transitions); the agents act epsilon-greedily on their own Qs, as DQN's do.
+on the team's reward (the mean of the agents': the shared reward where they all get it), so that
+every agent acting greedily on its own Q acts greedily for the team. Transitions are joint (one per
+env step, every agent in it: marl.replay.team_transitions); the agents act epsilon-greedily on their
+own Qs, as DQN's do.
 Double Q-learning and the n-step target as DQN's, with the mixer's target copy on the next step;
 the squared TD error of pymarl (Rashid et al. 2018's code)."""
 
