@@ -83,13 +83,25 @@ def collect(envs, act, obs, prev_done, T: int):
     return {k: torch.cat(v) for k, v in rows.items()}, obs, prev_done
 
 
+def iteration(envs, act, obs, prev_done, cfg, ring, total: int):
+    """Collect the preset's steps per iteration into the replay: (ring, obs, prev_done, gradient
+    steps owed for them, agent-steps so far), as marl's sync mode does."""
+    from marl.algorithms.base import gradient_steps
+
+    rows, obs, prev_done = collect(envs, act, obs, prev_done, cfg.num_steps)
+    ring = ring or Ring(cfg.buffer_size, rows)
+    ring.add(rows)
+    n = rows["actions"].shape[0]
+    return ring, obs, prev_done, gradient_steps(cfg, total, total + n), total + n
+
+
 def dqn_loop(steps: int) -> tuple[float, float]:
     import gymnasium as gym
     import numpy as np
     import torch
 
     from envs import describe
-    from marl.algorithms.base import gradient_steps, linear_schedule
+    from marl.algorithms.base import linear_schedule
     from marl.algorithms.dqn import td_loss, td_target
     from marl.models.q_network import QNetwork
     from marl.policies import specs_of
@@ -114,11 +126,7 @@ def dqn_loop(steps: int) -> tuple[float, float]:
             a = torch.where(torch.rand(n, generator=g) < eps, torch.randint(0, 2, (n,), generator=g), greedy)
             return a, a
 
-        rows, obs, prev_done = collect(envs, act, obs, prev_done, cfg.num_steps)
-        ring = ring or Ring(cfg.buffer_size, rows)
-        ring.add(rows)
-        owed = gradient_steps(cfg, total, total + rows["actions"].shape[0])
-        total += rows["actions"].shape[0]
+        ring, obs, prev_done, owed, total = iteration(envs, act, obs, prev_done, cfg, ring, total)
         for _ in range(owed):
             b = ring.sample(cfg.batch_size)
             both = q.q_values({"obs": torch.cat([b["obs"], b["next_obs"]])})
@@ -148,7 +156,6 @@ def sac_loop(steps: int) -> tuple[float, float]:
 
     from envs import describe
     from marl import distributions
-    from marl.algorithms.base import gradient_steps
     from marl.algorithms.sac import actor_loss, alpha_loss, soft_target
     from marl.models.sac import SACActor, SoftQ
     from marl.policies import specs_of
@@ -179,11 +186,7 @@ def sac_loop(steps: int) -> tuple[float, float]:
                 u = pi.sample()[0]
                 return pi.to_env(u), u
 
-        rows, obs, prev_done = collect(envs, act, obs, prev_done, cfg.num_steps)
-        ring = ring or Ring(cfg.buffer_size, rows)
-        ring.add(rows)
-        owed = gradient_steps(cfg, total, total + rows["actions"].shape[0])
-        total += rows["actions"].shape[0]
+        ring, obs, prev_done, owed, total = iteration(envs, act, obs, prev_done, cfg, ring, total)
         for _ in range(owed):
             b = ring.sample(cfg.batch_size)
             o, no = {"obs": b["obs"]}, {"obs": b["next_obs"]}

@@ -193,7 +193,7 @@ class ReplaySection(Section):
     n_step: int = _f(1, "steps of rewards summed in each TD target before it bootstraps (n-step returns)")
     tau: float = _f(1.0, "target network update rate: 1 copies the online network, below 1 moves it that fraction of the way (soft update)")
     target_network_frequency: int = _f(500, "gradient steps between target network updates")
-    save_buffer: bool = _f(False, "also checkpoint every rank's replay buffer (a resume without it refills the buffer from scratch, learning again after --learning-starts)")
+    save_buffer: bool = _f(False, "also checkpoint every rank's replay buffer, for a resume on as many learner ranks (without it a resumed run starts with an empty buffer, which its actors fill again, and trains on it from its first iteration)")
 
     def check(self) -> None:
         super().check()

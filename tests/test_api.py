@@ -1,5 +1,6 @@
 """`from marl import Config, train` from a separate Python process: the same run as the command
-line, its result returned, a second call in the same process, and train.py's errors as exceptions."""
+line, its result returned, a second call in the same process (an off-policy one: DQN), and
+train.py's errors as exceptions."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from marl import Config, UsageError, train
 
 logdir = sys.argv[1]
 first = train(Config(env="CartPole-v1", agents=8, seed=1, logdir=logdir, run_name="first"))
-second = train(Config(agents=2, logdir=logdir), run_name="second", total_steps=4000, target_return=1e9)
+second = train(Config(agents=2, logdir=logdir, algo="dqn"), run_name="second", total_steps=4000, target_return=1e9,
+               learning_starts=500)
 errors = []
 for bad in (dict(env="CartPol-v1"), dict(agents=-2), dict(agnets=8)):
     try:
@@ -38,7 +40,7 @@ def test_train_from_python_twice_in_one_process_and_errors_as_exceptions(train):
     assert first["run_dir"] == str(train.logdir / "first") and first["seconds"] > 0 and first["lost_actors"] == 0
     assert "solved: mean return" in r.stdout  # it prints what train.py prints
     assert second["reason"] == "budget" and second["global_step"] >= 4000 and second["steps"] == second["global_step"]
-    assert read_scalars(train.logdir / "second")["charts/SPS"]
+    assert read_scalars(train.logdir / "second")["charts/SPS"] and read_scalars(train.logdir / "second")["losses/td_loss"]
     assert out["errors"][0].startswith("unknown env id 'CartPol-v1' (did you mean 'CartPole-v1'")
     assert out["errors"][1] == "--agents must be at least 1 (or 0 for the env's own count), got -2"
     assert out["errors"][2].startswith("train() got unknown field 'agnets' (did you mean 'agents'?)")

@@ -28,7 +28,7 @@ def evaluate(run_dir, *args: str) -> dict[str, dict]:
 
 
 def test_dqn_learns_cartpole_and_its_greedy_policy_plays(train):
-    r = train("--config", "configs/cartpole_dqn.toml", "--hidden-sizes", "64,64", "--total-steps", "25000",
+    r = train("--config", "configs/cartpole_dqn.toml", "--hidden-sizes", "128,128", "--total-steps", "20000",
               "--seed", "1", "--run-name", "dqn")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     got = returns(train, "dqn")
@@ -36,17 +36,17 @@ def test_dqn_learns_cartpole_and_its_greedy_policy_plays(train):
     scalars = read_scalars(train.logdir / "dqn")
     assert {"losses/td_loss", "losses/q_values", "charts/epsilon", "charts/replay_size", "losses/grad_norm"} <= scalars.keys()
     eps = [v for _, v in scalars["charts/epsilon"]]
-    assert eps[0] > 0.5 and eps[-1] == pytest.approx(0.04)  # the schedule reached its end
+    assert eps[0] > 0.5 and eps[-1] == pytest.approx(0.01)  # the schedule reached its end
     greedy = evaluate(train.logdir / "dqn", "--episodes", "3")
     assert sum(a["mean"] for a in greedy.values()) / len(greedy) > 120, greedy
 
 
 def test_sac_learns_pendulum(train):
-    r = train("--config", "configs/pendulum_sac.toml", "--hidden-sizes", "64,64", "--total-steps", "5000",
-              "--seed", "1", "--run-name", "sac")
+    r = train("--config", "configs/pendulum_sac.toml", "--batch-size", "64", "--total-steps", "4000", "--seed", "1",
+              "--run-name", "sac")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     got = returns(train, "sac")
-    assert got[-1] > -600 and got[0] < -900, got  # random play: about -1,200
+    assert sum(got[-3:]) / 3 > -400 and min(got[:5]) < -900, got  # random play: about -1,200
     scalars = read_scalars(train.logdir / "sac")
     for tag in ("losses/qf1_loss", "losses/qf2_loss", "losses/actor_loss", "losses/alpha", "losses/alpha_loss",
                 "losses/critic_grad_norm", "losses/actor_grad_norm"):
@@ -86,16 +86,27 @@ def test_vdn_with_recurrent_agents_and_a_network_each(train):
         assert_every_weight_moved(train.logdir / "vdn", 1, f"policies.{agent}.core.")
 
 
-def test_sac_on_discrete_actions_and_iql_with_a_recurrent_q_network_in_async_mode(train):
-    r = train("--algo", "sac", "--agents", "4", "--hidden-sizes", "32,32", "--learning-starts", "500",
-              "--total-steps", "3000", "--run-name", "sacd")
+@pytest.mark.parametrize("algo", ["dqn", "sac"])
+def test_masked_actions_are_never_taken_and_the_legal_best_is_learnt(train, algo):
+    """envs.masked raises on any illegal action, so a run that ends at all took none; its return
+    (optimum 16, a uniformly random legal action 5.25) shows the right one was learnt."""
+    from envs.masked import MaskedChoiceEnv
+
+    r = train("--env", "envs.masked:MaskedChoice-v0", "--algo", algo, "--agents", "4", "--num-steps", "16",
+              "--hidden-sizes", "32,32", "--learning-starts", "500", "--learning-rate", "1e-3", "--no-anneal-lr",
+              "--exploration-fraction", "0.3", "--total-steps", "6000", "--run-name", algo)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    assert {"losses/qf1_loss", "losses/alpha", "losses/entropy"} <= read_scalars(train.logdir / "sacd").keys()
+    got = returns(train, algo)
+    assert sum(got[-20:]) / 20 > MaskedChoiceEnv.random_legal_return + 3, got[-20:]
+
+
+def test_iql_with_a_recurrent_q_network_in_async_mode(train):
     r = train("--config", "configs/cartpole_dqn.toml", "--algo", "iql", "--core", "lstm", "--core-size", "16",
               "--seq-len", "8", "--hidden-sizes", "32,32", "--mode", "async", "--learning-starts", "500",
               "--total-steps", "3000", "--run-name", "drqn")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    assert read_scalars(train.logdir / "drqn")["perf/policy_lag"]
+    scalars = read_scalars(train.logdir / "drqn")
+    assert scalars["perf/policy_lag"] and all(math.isfinite(v) for _, v in scalars["losses/td_loss"])
 
 
 @pytest.mark.parametrize("args, message", [
