@@ -244,7 +244,7 @@ class SACSection(Section):
 
     alpha: float = _f(0.2, "the entropy temperature: fixed, or where --autotune starts it")
     autotune: bool = _f(True, "learn the temperature towards a target entropy: -dim(A) for Box actions, --target-entropy-scale x log(actions) for Discrete")
-    target_entropy_scale: float = _f(0.89, "Discrete actions with --autotune: the target entropy as a fraction of the uniform policy's")
+    target_entropy_scale: float = _f(0.3, "Discrete actions with --autotune: the target entropy as a fraction of the uniform policy's (over the legal actions, with a mask). CleanRL's Atari SAC uses 0.89, which held the policy near uniform on envs.masked (a return of 8.2 of 16 after 6k agent-steps, against 14.8 with 0.3; uniformly random legal actions score 5.25)")
 
     def check(self) -> None:
         super().check()
