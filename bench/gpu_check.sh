@@ -96,6 +96,7 @@ if [[ "$NGPU" -gt 0 ]]; then
     TRAIN_STEPS=200000
     BENCH_LIMIT=90   # typical: well under a minute each on one H200
     TRAIN_LIMIT=150
+    OFF_STEPS=(10000 3000)  # DQN CartPole, SAC Pendulum: replay, targets and every phase's optimizer on the GPU
 elif [[ $ALLOW_CPU -eq 1 ]]; then
     MODE=cpu
     NPROC=2
@@ -104,6 +105,7 @@ elif [[ $ALLOW_CPU -eq 1 ]]; then
     TRAIN_STEPS=24576  # three iterations of 8,192 agent-steps
     BENCH_LIMIT=120
     TRAIN_LIMIT=150
+    OFF_STEPS=(800 300)
     echo "no usable GPU: --allow-cpu given, running the same steps on CPU with gloo at tiny sizes"
 else
     die "torch.cuda.is_available() is False: this machine has no usable NVIDIA GPU (or this torch has no CUDA, or CUDA_VISIBLE_DEVICES hides them all); pass --allow-cpu to smoke-test on CPU"
@@ -159,6 +161,31 @@ FINAL="$(grep -E '^(solved:|step budget)' "$WORK/train.log" | tail -n 1)" \
     || die "train.py exited 0 but printed neither 'solved:' nor 'step budget'"
 grep -qF "| $LEARNERS learner(s) |" "$WORK/train.log" || die "train.py did not report $LEARNERS learner(s) in its header"
 
+# Off-policy: the replay shard, the target networks and one optimizer per phase live on the learner's
+# device, a path the PPO run above never takes.
+declare -A OFF
+off_policy() {  # off_policy NAME STEPS ARGS...
+    local name=$1 steps=$2 rc; shift 2
+    section "off-policy end to end: $name, $LEARNERS learner(s), $MODE"
+    local cmd=("$PYTHON" train.py "$@" --precision bf16 --learners "$LEARNERS" --total-steps "$steps" --learning-starts 200
+               --logdir "$WORK/runs" --run-name "$name")
+    echo "+ ${cmd[*]}"
+    set +e
+    limit "$TRAIN_LIMIT" "${cmd[@]}" 2>&1 | tee "$WORK/$name.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    [[ $rc -eq 0 ]] || die "train.py ($name) exited with code $rc$([[ $rc -eq 124 ]] && echo " (timed out after ${TRAIN_LIMIT}s)")"
+    OFF[$name]="$(grep -E '^(solved:|step budget)' "$WORK/$name.log" | tail -n 1)" \
+        || die "train.py ($name) exited 0 but printed neither 'solved:' nor 'step budget'"
+}
+off_policy dqn "${OFF_STEPS[0]}" --config configs/cartpole_dqn.toml
+off_policy sac "${OFF_STEPS[1]}" --config configs/pendulum_sac.toml
+OFF_NAMES=(dqn sac)
+if [[ $MODE == gpu ]]; then  # the mixer fed the env's state, too (kept out of the CPU smoke for CI's time)
+    off_policy qmix 4000 --config configs/coop_nav_qmix.toml
+    OFF_NAMES+=(qmix)
+fi
+
 section "summary ($MODE, $NPROC rank(s), $((SECONDS - START))s in all)"
 for p in bf16 fp32; do
     line=${RESULT[$p]}
@@ -170,4 +197,5 @@ done
 awk -v a="$(field samples_epochs_per_s "${RESULT[bf16]}")" -v b="$(field samples_epochs_per_s "${RESULT[fp32]}")" \
     'BEGIN { if (b > 0) printf "bf16 / fp32 learner throughput: %.2fx\n", a / b }'
 echo "train.py: $FINAL"
+for name in "${OFF_NAMES[@]}"; do echo "train.py $name: ${OFF[$name]}"; done
 echo "gpu_check: PASS"

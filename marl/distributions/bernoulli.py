@@ -20,7 +20,7 @@ class Bernoulli(Distribution):
         return cls(params)
 
     def sample(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        u = torch.rand(self.logits.shape, generator=generator, dtype=self.logits.dtype)
+        u = torch.rand(self.logits.shape, generator=generator, dtype=self.logits.dtype, device=self.logits.device)
         action = (u < torch.sigmoid(self.logits)).long()
         return action, self.log_prob(action)
 

@@ -33,8 +33,8 @@ def standard_gamma(concentration: torch.Tensor, generator: torch.Generator | Non
     out = torch.empty_like(concentration)
     todo = torch.ones_like(concentration, dtype=torch.bool)
     while todo.any():
-        z = torch.randn(concentration.shape, generator=generator, dtype=concentration.dtype)
-        u = torch.rand(concentration.shape, generator=generator, dtype=concentration.dtype)
+        z = torch.randn(concentration.shape, generator=generator, dtype=concentration.dtype, device=concentration.device)
+        u = torch.rand(concentration.shape, generator=generator, dtype=concentration.dtype, device=concentration.device)
         v = (1 + c * z) ** 3
         ok = todo & (v > 0) & (torch.log(u) < 0.5 * z * z + d - d * v + d * torch.log(v.clamp(min=1e-30)))
         out = torch.where(ok, d * v, out)
@@ -63,7 +63,7 @@ class Beta(Distribution):
 
     @classmethod
     def from_params(cls, spec: ActionSpec, params: torch.Tensor, mask: torch.Tensor | None = None) -> "Beta":
-        return cls(params, torch.tensor(spec.low), torch.tensor(spec.high))
+        return cls(params, torch.tensor(spec.low, device=params.device), torch.tensor(spec.high, device=params.device))
 
     @classmethod
     def uniform_params(cls, spec: ActionSpec, batch: int) -> torch.Tensor:

@@ -24,7 +24,7 @@ def masked(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 def gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """A sample of Categorical(logits) by the Gumbel-max trick: argmax(logits + Gumbel noise)."""
-    u = torch.rand(logits.shape, generator=generator, dtype=logits.dtype).clamp_(min=1e-20)
+    u = torch.rand(logits.shape, generator=generator, dtype=logits.dtype, device=logits.device).clamp_(min=1e-20)
     return torch.argmax(logits - torch.log(-torch.log(u)), dim=-1)
 
 

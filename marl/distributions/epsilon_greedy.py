@@ -56,7 +56,7 @@ class EpsilonGreedy(Distribution):
         return eps * uniform + (1 - eps) * greedy
 
     def sample(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        explore = torch.rand(self.epsilon.shape, generator=generator, dtype=self.q.dtype) < self.epsilon
+        explore = torch.rand(self.epsilon.shape, generator=generator, dtype=self.q.dtype, device=self.q.device) < self.epsilon
         legal = torch.where(self._legal(), 0.0, torch.finfo(self.q.dtype).min).to(self.q.dtype)
         action = torch.where(explore, gumbel_argmax(legal, generator), self.mode())
         return action, self.log_prob(action)

@@ -40,7 +40,8 @@ class Gaussian(Distribution):
         return torch.randn((*lead, *spec.shape), generator=generator)
 
     def sample(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        action = self.mean + self.log_std.exp() * torch.randn(self.mean.shape, generator=generator, dtype=self.mean.dtype)
+        noise = torch.randn(self.mean.shape, generator=generator, dtype=self.mean.dtype, device=self.mean.device)
+        action = self.mean + self.log_std.exp() * noise
         return action, self.log_prob(action)
 
     def log_prob(self, action: torch.Tensor) -> torch.Tensor:

@@ -41,7 +41,7 @@ class TanhGaussian(Gaussian):
 
     @classmethod
     def from_params(cls, spec: ActionSpec, params: torch.Tensor, mask: torch.Tensor | None = None) -> "TanhGaussian":
-        return cls(params, torch.tensor(spec.low), torch.tensor(spec.high))
+        return cls(params, torch.tensor(spec.low, device=params.device), torch.tensor(spec.high, device=params.device))
 
     def log_prob(self, action: torch.Tensor) -> torch.Tensor:
         log_det = 2 * (math.log(2) - action - torch.nn.functional.softplus(-2 * action))
