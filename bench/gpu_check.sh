@@ -97,6 +97,7 @@ if [[ "$NGPU" -gt 0 ]]; then
     BENCH_LIMIT=90   # typical: well under a minute each on one H200
     TRAIN_LIMIT=150
     OFF_STEPS=(10000 3000)  # DQN CartPole, SAC Pendulum: replay, targets and every phase's optimizer on the GPU
+    OFF_STARTS=200
 elif [[ $ALLOW_CPU -eq 1 ]]; then
     MODE=cpu
     NPROC=2
@@ -105,7 +106,8 @@ elif [[ $ALLOW_CPU -eq 1 ]]; then
     TRAIN_STEPS=24576  # three iterations of 8,192 agent-steps
     BENCH_LIMIT=120
     TRAIN_LIMIT=150
-    OFF_STEPS=(800 300)
+    OFF_STEPS=(300 150)
+    OFF_STARTS=100
     echo "no usable GPU: --allow-cpu given, running the same steps on CPU with gloo at tiny sizes"
 else
     die "torch.cuda.is_available() is False: this machine has no usable NVIDIA GPU (or this torch has no CUDA, or CUDA_VISIBLE_DEVICES hides them all); pass --allow-cpu to smoke-test on CPU"
@@ -167,7 +169,7 @@ declare -A OFF
 off_policy() {  # off_policy NAME STEPS ARGS...
     local name=$1 steps=$2 rc; shift 2
     section "off-policy end to end: $name, $LEARNERS learner(s), $MODE"
-    local cmd=("$PYTHON" train.py "$@" --precision bf16 --learners "$LEARNERS" --total-steps "$steps" --learning-starts 200
+    local cmd=("$PYTHON" train.py "$@" --precision bf16 --learners "$LEARNERS" --total-steps "$steps" --learning-starts "$OFF_STARTS"
                --logdir "$WORK/runs" --run-name "$name")
     echo "+ ${cmd[*]}"
     set +e

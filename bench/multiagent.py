@@ -166,8 +166,10 @@ def main() -> int:
         p.error(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
     if args.smoke:
         args.seeds, args.budget, args.eval_episodes = 1, 4_000, 3
-        # The recurrent variants only add a flag to a case that runs anyway (tests/test_train_recurrent.py trains them).
-        args.variants = args.variants or ",".join(v for _, _, vs in CASES.values() for v in vs if not v.startswith("rMAPPO"))
+        # The recurrent variants only add a flag to a case that runs anyway (tests/test_train_recurrent.py trains them),
+        # and tests/test_train_off_policy.py trains QMIX and VDN on coop_nav.
+        args.variants = args.variants or ",".join(v for _, _, vs in CASES.values() for v in vs
+                                                  if not v.startswith(("rMAPPO", "QMIX", "VDN")))
         # Likewise the continuous case is simple_spread's with flags (tests/test_train_continuous.py trains it).
         cases = [c for c in cases if c != "simple_spread_continuous"] if args.cases == p.get_default("cases") else cases
     with tempfile.TemporaryDirectory() as scratch:
