@@ -133,8 +133,8 @@ def main() -> int:
         p.error(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
     extra: tuple[str, ...] = ()
     if args.smoke:
-        args.seeds, args.budget = 1, 500
-        extra = ("--hidden-sizes", "32,32", "--learning-starts", "200")
+        args.seeds, args.budget = 1, 1_000  # one HalfCheetah episode
+        extra = ("--hidden-sizes", "32,32", "--learning-starts", "300")
     with tempfile.TemporaryDirectory() as scratch:
         logdir = args.logdir or scratch
         for case in cases:
