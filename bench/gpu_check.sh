@@ -150,35 +150,30 @@ if [[ $NUM_STEPS -ne 64 ]]; then
     echo "note: --num-steps $NUM_STEPS (not 64) so that the batch splits over $LEARNERS learners x 4 minibatches"
 fi
 
-section "end to end: train.py on $LEARNERS learner(s), $MODE"
-TRAIN_CMD=("$PYTHON" train.py --agents 8 --precision bf16 --learners "$LEARNERS" --actors 4 --total-steps "$TRAIN_STEPS"
-           --logdir "$WORK/runs" ${TRAIN_EXTRA[@]+"${TRAIN_EXTRA[@]}"})
-echo "+ ${TRAIN_CMD[*]}"
-set +e
-limit "$TRAIN_LIMIT" "${TRAIN_CMD[@]}" 2>&1 | tee "$WORK/train.log"
-rc=${PIPESTATUS[0]}
-set -e
-[[ $rc -eq 0 ]] || die "train.py exited with code $rc$([[ $rc -eq 124 ]] && echo " (timed out after ${TRAIN_LIMIT}s)")"
-FINAL="$(grep -E '^(solved:|step budget)' "$WORK/train.log" | tail -n 1)" \
-    || die "train.py exited 0 but printed neither 'solved:' nor 'step budget'"
-grep -qF "| $LEARNERS learner(s) |" "$WORK/train.log" || die "train.py did not report $LEARNERS learner(s) in its header"
-
-# Off-policy: the replay shard, the target networks and one optimizer per phase live on the learner's
-# device, a path the PPO run above never takes.
-declare -A OFF
-off_policy() {  # off_policy NAME STEPS ARGS...
-    local name=$1 steps=$2 rc; shift 2
-    section "off-policy end to end: $name, $LEARNERS learner(s), $MODE"
-    local cmd=("$PYTHON" train.py "$@" --precision bf16 --learners "$LEARNERS" --total-steps "$steps" --learning-starts "$OFF_STARTS"
-               --logdir "$WORK/runs" --run-name "$name")
+declare -A FINAL
+train_run() {  # train_run NAME ARGS...: train.py with ARGS, its last line kept in FINAL[NAME]
+    local name=$1 rc; shift
+    local cmd=("$PYTHON" train.py "$@" --precision bf16 --learners "$LEARNERS" --logdir "$WORK/runs" --run-name "$name")
     echo "+ ${cmd[*]}"
     set +e
     limit "$TRAIN_LIMIT" "${cmd[@]}" 2>&1 | tee "$WORK/$name.log"
     rc=${PIPESTATUS[0]}
     set -e
     [[ $rc -eq 0 ]] || die "train.py ($name) exited with code $rc$([[ $rc -eq 124 ]] && echo " (timed out after ${TRAIN_LIMIT}s)")"
-    OFF[$name]="$(grep -E '^(solved:|step budget)' "$WORK/$name.log" | tail -n 1)" \
+    FINAL[$name]="$(grep -E '^(solved:|step budget)' "$WORK/$name.log" | tail -n 1)" \
         || die "train.py ($name) exited 0 but printed neither 'solved:' nor 'step budget'"
+    grep -qF "| $LEARNERS learner(s) |" "$WORK/$name.log" || die "train.py ($name) did not report $LEARNERS learner(s) in its header"
+}
+
+section "end to end: train.py on $LEARNERS learner(s), $MODE"
+train_run ppo --agents 8 --actors 4 --total-steps "$TRAIN_STEPS" ${TRAIN_EXTRA[@]+"${TRAIN_EXTRA[@]}"}
+
+# Off-policy: the replay shard, the target networks and one optimizer per phase live on the learner's
+# device, a path the PPO run above never takes.
+off_policy() {  # off_policy NAME STEPS ARGS...
+    local name=$1 steps=$2; shift 2
+    section "off-policy end to end: $name, $LEARNERS learner(s), $MODE"
+    train_run "$name" "$@" --total-steps "$steps" --learning-starts "$OFF_STARTS"
 }
 off_policy dqn "${OFF_STEPS[0]}" --config configs/cartpole_dqn.toml
 off_policy sac "${OFF_STEPS[1]}" --config configs/pendulum_sac.toml
@@ -198,6 +193,5 @@ for p in bf16 fp32; do
 done
 awk -v a="$(field samples_epochs_per_s "${RESULT[bf16]}")" -v b="$(field samples_epochs_per_s "${RESULT[fp32]}")" \
     'BEGIN { if (b > 0) printf "bf16 / fp32 learner throughput: %.2fx\n", a / b }'
-echo "train.py: $FINAL"
-for name in "${OFF_NAMES[@]}"; do echo "train.py $name: ${OFF[$name]}"; done
+for name in ppo "${OFF_NAMES[@]}"; do echo "train.py $name: ${FINAL[$name]}"; done
 echo "gpu_check: PASS"
