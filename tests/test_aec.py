@@ -242,14 +242,14 @@ def test_the_lookahead_player_beats_random_play():
 
 
 def test_tictactoe_self_play_beats_random_play(train):
-    r = train("--config", str(ROOT / "configs" / "tictactoe.toml"), "--total-steps", "80000", "--eval-every", "40",
+    r = train("--config", str(ROOT / "configs" / "tictactoe.toml"), "--total-steps", "40000", "--eval-every", "20",
               "--eval-episodes", "50", "--run-name", "ttt")
     assert r.returncode == 0, r.stderr[-3000:]
     iterations = int([line for line in r.stdout.splitlines() if line.startswith("iter ")][-1].split()[1])
     scalars = read_scalars(train.logdir / "ttt")
     for tag in ["eval/win_rate_vs_random"] + [f"eval/{a}/{k}_rate_vs_random" for a in ("player_1", "player_2")
                                               for k in ("win", "draw", "loss")]:
-        assert len(scalars[tag]) == iterations // 40, tag
+        assert len(scalars[tag]) == iterations // 20, tag
     for (_, w), (_, a), (_, b) in zip(scalars["eval/win_rate_vs_random"], scalars["eval/player_1/win_rate_vs_random"],
                                       scalars["eval/player_2/win_rate_vs_random"]):
         assert w == pytest.approx((a + b) / 2)
@@ -260,8 +260,9 @@ def test_tictactoe_self_play_beats_random_play(train):
     first, second = out["seats"]["player_1"], out["seats"]["player_2"]
     assert first["games"] == second["games"] == 300
     assert abs(first["win"] + first["draw"] + first["loss"] - 1) < 1e-9
-    # Random against random: the first player wins 58%, the second 29% (PettingZoo's rules).
-    assert first["win"] >= 0.75 and second["win"] >= 0.40, out["seats"]
+    # Random against random: the first player wins 58%, the second 29% (PettingZoo's rules). Measured at
+    # this budget (40k agent-steps, seed 1): 79.7% and 60.7%.
+    assert first["win"] >= 0.72 and second["win"] >= 0.45, out["seats"]
     assert set(out["agents"]) == {"player_1", "player_2"} and out["agents"]["player_1"]["episodes"] == 300
 
 
