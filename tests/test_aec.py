@@ -262,7 +262,7 @@ def test_tictactoe_self_play_beats_random_play(train):
     assert abs(first["win"] + first["draw"] + first["loss"] - 1) < 1e-9
     # Random against random: the first player wins 58%, the second 29% (PettingZoo's rules). Measured at
     # this budget (40k agent-steps, seed 1): 79.7% and 60.7%.
-    assert first["win"] >= 0.72 and second["win"] >= 0.45, out["seats"]
+    assert first["win"] >= 0.75 and second["win"] >= 0.45, out["seats"]
     assert set(out["agents"]) == {"player_1", "player_2"} and out["agents"]["player_1"]["episodes"] == 300
 
 

@@ -40,7 +40,8 @@ def test_train_from_python_twice_in_one_process_and_errors_as_exceptions(train):
     assert first["run_dir"] == str(train.logdir / "first") and first["seconds"] > 0 and first["lost_actors"] == 0
     assert "solved: mean return" in r.stdout  # it prints what train.py prints
     assert second["reason"] == "budget" and second["global_step"] >= 4000 and second["steps"] == second["global_step"]
-    assert read_scalars(train.logdir / "second")["charts/SPS"] and read_scalars(train.logdir / "second")["losses/td_loss"]
+    second_scalars = read_scalars(train.logdir / "second")
+    assert second_scalars["charts/SPS"] and second_scalars["losses/td_loss"]
     assert out["errors"][0].startswith("unknown env id 'CartPol-v1' (did you mean 'CartPole-v1'")
     assert out["errors"][1] == "--agents must be at least 1 (or 0 for the env's own count), got -2"
     assert out["errors"][2].startswith("train() got unknown field 'agnets' (did you mean 'agents'?)")

@@ -99,7 +99,7 @@ def test_masked_actions_are_never_taken_and_the_legal_best_is_learnt(train, algo
               "--exploration-fraction", "0.3", "--total-steps", "4000", "--run-name", algo)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     got = returns(train, algo)  # one mean per iteration
-    assert sum(got[-3:]) / 3 > MaskedChoiceEnv.random_legal_return + 5, got  # measured at 4k: DQN 15.4, SAC 14.7
+    assert sum(got[-3:]) / 3 > MaskedChoiceEnv.random_legal_return + 5, got  # at 4k, the last 100 episodes measured DQN 15.4, SAC 14.7
 
 
 def test_iql_with_a_recurrent_q_network_in_async_mode(train):
