@@ -33,9 +33,12 @@ def _worker(fn: Callable, rank: int, world: int, init_method: str, args: tuple) 
 
 
 def run_ranks(fn: Callable, world: int, tmp_path, *args, timeout: float = 120) -> None:
-    """Call fn(rank, world, *args) in `world` spawned processes that share the default process
-    group; fails unless every one exits 0. `fn` must be a module-level function."""
-    ctx = multiprocessing.get_context("spawn")
+    """Call fn(rank, world, *args) in `world` processes that share the default process group;
+    fails unless every one exits 0. `fn` must be a module-level function.
+
+    Forked on CPU, as marl.launch starts its own: a spawned rank imports torch and the test's
+    module again (3-6 s of a 2-core machine's CPU per rank, most of what a small test costs)."""
+    ctx = multiprocessing.get_context("spawn" if torch.cuda.is_available() else "fork")
     init_method = f"file://{tmp_path}/rendezvous_{uuid.uuid4().hex}"
     procs = [ctx.Process(target=_worker, args=(fn, r, world, init_method, args)) for r in range(world)]
     for p in procs:
