@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from marl.optim import Adam
+
 
 class OnPolicy:
     """Defaults of the on-policy algorithms: the policy set alone, one Adam over it (CleanRL's eps)."""
@@ -49,8 +51,7 @@ class OnPolicy:
         return policy
 
     def optimizers(self, model: nn.Module) -> dict[str, torch.optim.Optimizer]:
-        # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
-        return {"policy": torch.optim.Adam(model.parameters(), lr=self.cfg.learning_rate, eps=1e-5, fused=True)}
+        return {"policy": Adam(model.parameters(), lr=self.cfg.learning_rate, eps=1e-5)}
 
     def targets(self, traj: dict, current: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, value targets), each [T, S, n], for one policy's trajectories [T, S, n, ...].

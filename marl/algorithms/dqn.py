@@ -12,6 +12,7 @@ from marl.algorithms.base import OffPolicy, linear_schedule
 from marl.replay import nstep_windows
 from marl.distributions.categorical import masked
 from marl.models.training_nets import TrainingNets
+from marl.optim import Adam
 
 
 def td_target(returns: torch.Tensor, discounts: torch.Tensor, next_q_target: torch.Tensor,
@@ -40,7 +41,7 @@ class DQN(OffPolicy):
         return TrainingNets(policy, targets=("policy",))
 
     def optimizers(self, nets: TrainingNets) -> dict[str, torch.optim.Optimizer]:
-        return {"q": torch.optim.Adam(nets.policy.parameters(), lr=self.cfg.learning_rate, fused=True)}
+        return {"q": Adam(nets.policy.parameters(), lr=self.cfg.learning_rate)}
 
     def epsilon(self, step: int) -> float:
         """CleanRL's linear schedule: start_e to end_e over the first exploration_fraction of the budget."""

@@ -23,6 +23,7 @@ from marl.algorithms.base import OffPolicy
 from marl.distributions.categorical import masked
 from marl.models.sac import SoftQ
 from marl.models.training_nets import TrainingNets
+from marl.optim import Adam
 
 
 def soft_target(returns: torch.Tensor, discounts: torch.Tensor, next_q1: torch.Tensor, next_q2: torch.Tensor,
@@ -102,7 +103,7 @@ class SAC(OffPolicy):
         actor = [{"params": list(nets.policy.parameters())}]
         if self.cfg.autotune:
             actor.append({"params": list(nets.others["temperature"].parameters())})
-        return {"critic": torch.optim.Adam(critics, lr=lr, fused=True), "actor": torch.optim.Adam(actor, lr=lr, fused=True)}
+        return {"critic": Adam(critics, lr=lr), "actor": Adam(actor, lr=lr)}
 
     def loss(self, nets: TrainingNets, batch: dict[str, dict], phase: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The sum over policies of each one's loss of this phase on its sampled transitions."""

@@ -18,6 +18,7 @@ from marl.distributions.categorical import masked
 from marl.models.mixers import VDNMixer
 from marl.models.training_nets import TrainingNets
 from marl.replay import nstep_windows
+from marl.optim import Adam
 
 
 def chosen(q: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -37,7 +38,7 @@ class VDN(DQN):
 
     def optimizers(self, nets: TrainingNets) -> dict[str, torch.optim.Optimizer]:
         params = [*nets.policy.parameters(), *nets.others["mixer"].parameters()]
-        return {"q": torch.optim.Adam(params, lr=self.cfg.learning_rate, fused=True)}
+        return {"q": Adam(params, lr=self.cfg.learning_rate)}
 
     def loss(self, nets: TrainingNets, batch: dict[str, dict], phase: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """(Q_tot(s, a) - y)^2 averaged, y = G + gamma^n Q'_tot(s', a*), a* each agent's own argmax

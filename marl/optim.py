@@ -1,0 +1,46 @@
+"""Adam for marl's learners: torch.optim.Adam without the guards that keep torch.compile out of it.
+
+torch.optim wraps `add_param_group`, `zero_grad`, `state_dict` and `load_state_dict` in
+`torch._disable_dynamo` and `step` in a wrapper that calls `torch._dynamo.graph_break()`; the first
+call of either imports torch._dynamo (with sympy: 1-2.3 s on a 2-core machine, more than the rest of
+a learner's start-up together). Those guards only matter under torch.compile, which marl never uses,
+so this class calls the same methods undecorated: the same arithmetic, the same state dicts, one
+fused kernel as before. A learner of one fp32 rank (the default run) then reaches its first rollout
+without torch._dynamo; it imports it at its first checkpoint (DCP's get_state_dict asks whether the
+model was compiled), and a sharded one at once (FSDP2 makes its DTensor parameters under the guard).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+_OPTIMIZER = torch.optim.Optimizer
+
+
+class Adam(torch.optim.Adam):
+    """torch.optim.Adam, fused, that never imports torch._dynamo (see the module's docstring).
+
+    Algorithms (and users' own, see marl.algorithms.base) make their optimizers with it."""
+
+    def __init__(self, params, lr: float, eps: float = 1e-8):
+        # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
+        super().__init__(params, lr=lr, eps=eps, fused=True)
+
+    def add_param_group(self, param_group: dict) -> None:
+        inspect.unwrap(_OPTIMIZER.add_param_group)(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        inspect.unwrap(_OPTIMIZER.zero_grad)(self, set_to_none)
+
+    def state_dict(self) -> dict:
+        return inspect.unwrap(_OPTIMIZER.state_dict)(self)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        inspect.unwrap(_OPTIMIZER.load_state_dict)(self, state_dict)
+
+    def step(self, closure=None):
+        # What the undecorated step's wrapper does in eager mode (differentiable=False): no autograd.
+        with torch.no_grad():
+            return inspect.unwrap(torch.optim.Adam.step)(self, closure)
