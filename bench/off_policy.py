@@ -134,7 +134,7 @@ def main() -> int:
     extra: tuple[str, ...] = ()
     if args.smoke:
         args.seeds, args.budget = 1, 1_000  # one HalfCheetah episode
-        extra = ("--hidden-sizes", "32,32", "--learning-starts", "300")
+        extra = ("--hidden-sizes", "32,32", "--learning-starts", "900")
     with tempfile.TemporaryDirectory() as scratch:
         logdir = args.logdir or scratch
         for case in cases:

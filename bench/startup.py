@@ -47,7 +47,7 @@ def main() -> int:
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="extra train.py flags, after --")
     args = p.parse_args()
     extra = [a for a in args.train_args if a != "--"]
-    floor = statistics.median(torch_import_seconds() for _ in range(3))
+    floor = statistics.median(torch_import_seconds() for _ in range(min(3, args.runs)))
     runs = [one_start(extra) for _ in range(args.runs)]
     total = statistics.median(t for t, _ in runs)
     print(f"python -c 'import torch' (baseline): {floor:.2f}s")

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 import warnings
 
 import numpy as np
 import pytest
 import torch
 
-from tests.conftest import ROOT, read_scalars
+from tests.conftest import ROOT, evaluate_cli, read_scalars
 
 pytest.importorskip("pettingzoo.classic")
 
@@ -115,7 +113,7 @@ def test_the_actor_records_each_seats_moves_as_pettingzoos_own_loop_does():
                                                              (tr["terminated"] & valid).nonzero().tolist())
 
 
-def test_no_illegal_move_is_ever_sent_over_100k_moves():
+def test_no_illegal_move_is_ever_sent_over_30k_moves():
     torch.set_num_threads(1)  # as in an actor process: batches of 256 rows, where threads cost more than they give
     from envs import describe
     from marl.actor import RolloutWorker
@@ -128,7 +126,7 @@ def test_no_illegal_move_is_ever_sent_over_100k_moves():
     moves = 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        while moves < 100_000:
+        while moves < 30_000:
             tr = w.collect(0, w.policy.state_dict() if moves == 0 else None).trajectories["shared"]
             valid = tr["valid"]
             chosen = tr["action_mask"].gather(-1, tr["actions"].unsqueeze(-1)).squeeze(-1)
@@ -195,7 +193,7 @@ def test_the_lookahead_player_finds_every_move_that_completes_a_line(game):
     rng = np.random.default_rng(0)
     env = module.env()
     found = {0: 0, 1: 0}
-    for seed in range(40):
+    for seed in range(40 if game == "tictactoe_v3" else 12):  # a connect-four game replays ~40x as many positions
         env.reset(seed=seed)
         moves: list[int] = []
         while not (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
@@ -253,8 +251,8 @@ def test_tictactoe_self_play_beats_random_play(train):
     for (_, w), (_, a), (_, b) in zip(scalars["eval/win_rate_vs_random"], scalars["eval/player_1/win_rate_vs_random"],
                                       scalars["eval/player_2/win_rate_vs_random"]):
         assert w == pytest.approx((a + b) / 2)
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "ttt"), "--opponent", "random",
-                        "--episodes", "300", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    e = evaluate_cli([str(train.logdir / "ttt"), "--opponent", "random",
+                        "--episodes", "300", "--json"], timeout=300)
     assert e.returncode == 0, e.stderr[-2000:]
     out = json.loads(e.stdout)
     first, second = out["seats"]["player_1"], out["seats"]["player_2"]
@@ -267,17 +265,17 @@ def test_tictactoe_self_play_beats_random_play(train):
 
 
 def test_connect_four_with_its_preset_beats_random_play(train):
-    """The preset (a CNN, half the games against a history pool) for 30k agent-steps, seed 1: measured 94.5% wins
-    moving first and 91.5% moving second over 200 games (random against random: 56% and 42%; at 60k, 97.5% and
-    90.0%). bench/selfplay.py trains it to the preset's 1M and scores it against random play and the lookahead
+    """The preset (a CNN, half the games against a history pool) for 15k agent-steps, seed 1: measured 91.0% wins
+    moving first and 79.5% moving second over 200 games (the check plays 100) (random against random: 56% and 42%; at 30k, 94.5% and
+    91.5%). bench/selfplay.py trains it to the preset's 1M and scores it against random play and the lookahead
     player."""
-    r = train("--config", str(ROOT / "configs" / "connect_four.toml"), "--total-steps", "30000", "--run-name", "c4")
+    r = train("--config", str(ROOT / "configs" / "connect_four.toml"), "--total-steps", "15000", "--run-name", "c4")
     assert r.returncode == 0, r.stderr[-3000:]
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "c4"), "--opponent", "random",
-                        "--episodes", "200", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    e = evaluate_cli([str(train.logdir / "c4"), "--opponent", "random",
+                        "--episodes", "100", "--json"], timeout=300)
     assert e.returncode == 0, e.stderr[-2000:]
     seats = json.loads(e.stdout)["seats"]
-    assert seats["player_0"]["win"] >= 0.85 and seats["player_1"]["win"] >= 0.75, seats
+    assert seats["player_0"]["win"] >= 0.8 and seats["player_1"]["win"] >= 0.65, seats
 
 
 def test_turn_based_games_need_whole_game_requests_and_ppo(train):
@@ -401,19 +399,18 @@ def test_self_play_with_a_pool_keeps_it_in_checkpoints_and_evaluates_against_it(
     newest = sorted((run / "checkpoints").iterdir())[-1]
     later = t.load(newest / "trainer.pt", weights_only=True)["opponents"]
     assert later["ids"][0] > pool["ids"][0] and later["next_id"] == 1 + int(newest.name.split("_")[1]) // 4
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(run), "--opponent", "pool", "--episodes", "30",
-                        "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    e = evaluate_cli([str(run), "--opponent", "pool", "--episodes", "30",
+                        "--json"], timeout=300)
     assert e.returncode == 0, e.stderr[-2000:]
     seats = json.loads(e.stdout)["seats"]
     assert seats["player_1"]["games"] == seats["player_2"]["games"] == 30  # 10 games against each of 3 snapshots
     # --pool-ids: only the snapshots named (the newest one here: 10 games per seat against it alone).
     newest_id = later["ids"][-1]
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(run), "--opponent", "pool", "--pool-ids", str(newest_id),
-                        "--episodes", "10", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    e = evaluate_cli([str(run), "--opponent", "pool", "--pool-ids", str(newest_id),
+                        "--episodes", "10", "--json"], timeout=300)
     assert e.returncode == 0, e.stderr[-2000:]
     assert json.loads(e.stdout)["seats"]["player_1"]["games"] == 10
-    gone = subprocess.run([sys.executable, "-m", "marl.evaluate", str(run), "--opponent", "pool", "--pool-ids", "0-1"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    gone = evaluate_cli([str(run), "--opponent", "pool", "--pool-ids", "0-1"], timeout=300)
     assert gone.returncode == 2 and "snapshot 0 is not in" in gone.stderr and "Traceback" not in gone.stderr
 
 
@@ -430,11 +427,10 @@ def test_pool_prob_zero_keeps_snapshots_and_trains_as_self_play(train):
     newest = sorted((train.logdir / "kept" / "checkpoints").iterdir())[-1]
     pool = torch.load(newest / "trainer.pt", weights_only=True)["opponents"]
     assert pool["ids"] == list(range(1 + int(newest.name.split("_")[1]) // 2))  # every snapshot, the initial one first
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "kept"), "--opponent", "lookahead",
-                        "--episodes", "20", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    e = evaluate_cli([str(train.logdir / "kept"), "--opponent", "lookahead",
+                        "--episodes", "20", "--json"], timeout=300)
     assert e.returncode == 0, e.stderr[-2000:]
     seats = json.loads(e.stdout)["seats"]
     assert all(s["games"] == 20 and abs(s["win"] + s["draw"] + s["loss"] - 1) < 1e-9 for s in seats.values())
-    bad = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "kept"), "--pool-ids", "0"],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    bad = evaluate_cli([str(train.logdir / "kept"), "--pool-ids", "0"], timeout=300)
     assert bad.returncode == 2 and "add --opponent pool" in bad.stderr

@@ -27,7 +27,7 @@ from tests.conftest import ROOT, processes_with_token
     (["bench/continuous.py", "--smoke"], "pendulum: goal met on"),
     (["bench/selfplay.py", "--smoke"], "tictactoe pool seed 1: "),
     (["bench/off_policy.py", "--smoke", "--cases", "dqn_cartpole,sac_halfcheetah"], "halfcheetah seed 1 marl: "),
-    (["bench/off_policy_speed.py", "--dqn-steps", "1000", "--sac-steps", "150"], "SAC (configs/pendulum_sac.toml"),
+    (["bench/off_policy_speed.py", "--dqn-steps", "500", "--sac-steps", "100"], "SAC (configs/pendulum_sac.toml"),
 ], ids=["collect", "train", "time_to_solve", "startup", "learner_memory", "fault_soak", "multiagent", "algorithms",
         "recurrent", "continuous", "selfplay", "off_policy", "off_policy_speed"])
 def test_bench_runs(cmd, expect, tmp_path):

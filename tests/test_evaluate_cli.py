@@ -4,8 +4,6 @@ read here is the CLI, not how well a policy plays."""
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from marl.evaluate.cli import main
 from marl.models import build_model, network_of
 from marl.policies import specs_of
 from marl.policy_file import export_policy
+from tests.conftest import evaluate_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 TICTACTOE = "pettingzoo:pettingzoo.classic.tictactoe_v3"
@@ -52,13 +51,11 @@ def test_a_mistyped_flag_is_one_line_naming_the_closest_and_exit_2(tmp_path, cap
 
 def test_the_module_runs_and_a_typo_has_no_usage_block(tmp_path):
     run = exported(tmp_path, "CartPole-v1", 2)
-    ok = subprocess.run([sys.executable, "-m", "marl.evaluate", str(run), "--episodes", "2", "--json"],
-                        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    ok = evaluate_cli([str(run), "--episodes", "2", "--json"], timeout=300)
     assert ok.returncode == 0, ok.stderr[-2000:]
     agents = json.loads(ok.stdout)["agents"]
     assert set(agents) == {"agent_0", "agent_1"} and all(a["episodes"] == 2 for a in agents.values())
-    bad = subprocess.run([sys.executable, "-m", "marl.evaluate", str(run), "--epi", "1"],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    bad = evaluate_cli([str(run), "--epi", "1"], timeout=300)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "usage:" not in bad.stderr
 
 

@@ -14,6 +14,7 @@ from envs import ActionSpec, AgentSpec, Leaf, describe, make_agent_batch, make_e
 from envs.pettingzoo_batch import PettingZooBatch
 from envs.registry import EnvError
 from tests import pz_envs
+from tests.conftest import evaluate_cli
 
 PZ = "pettingzoo:tests.pz_envs"
 
@@ -355,23 +356,19 @@ def test_a_frozen_snapshot_plays_a_whole_team_in_a_parallel_game():
 def test_self_play_with_a_pool_in_a_parallel_team_game_evaluates_per_team(train):
     pytest.importorskip("mpe2")
     import json
-    import subprocess
-
-    from tests.conftest import ROOT
 
     r = train("--env", TAG, "--env-kwargs", '{"max_cycles": 25}', "--policies", json.dumps(TEAMS), "--opponents", "pool",
               "--snapshot-every", "2", "--pool-size", "2", "--num-steps", "50", "--total-steps", "4000",
               "--target-return", "1e9", "--run-name", "tag")
     assert r.returncode == 0, r.stderr[-3000:]
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "tag"), "--opponent", "pool",
-                        "--episodes", "4", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    e = evaluate_cli([str(train.logdir / "tag"), "--opponent", "pool",
+                        "--episodes", "4", "--json"], timeout=300)
     assert e.returncode == 0, e.stderr[-2000:]
     sides = json.loads(e.stdout)["seats"]
     # One row per team, each played against the snapshots: a mean return, and no win rates (not a turn-based game).
     assert set(sides) == {"adversary", "runner"} and all(set(s) == {"mean_return", "games"} for s in sides.values())
     assert sides["adversary"]["games"] == sides["runner"]["games"] == 4
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "tag"), "--opponent", "lookahead"],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    e = evaluate_cli([str(train.logdir / "tag"), "--opponent", "lookahead"], timeout=300)
     assert e.returncode == 2 and "plays tictactoe_v3 and connect_four_v3 only" in e.stderr and "Traceback" not in e.stderr
 
 

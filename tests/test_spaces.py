@@ -90,8 +90,8 @@ def _masked_cfg(**kw) -> Config:
 
 
 @pytest.mark.parametrize("env_id, mask_in", [(MASKED, "obs"), (MASKED, "info"), ("pettingzoo:envs.masked", "obs")])
-def test_an_actor_never_sends_an_illegal_action_in_100k_steps(env_id, mask_in):
-    """The env raises on an illegal action: 100k+ agent-steps of a fresh (near-uniform) policy
+def test_an_actor_never_sends_an_illegal_action_in_30k_steps(env_id, mask_in):
+    """The env raises on an illegal action: 30k+ agent-steps of a fresh (near-uniform) policy
     through the real actor, with the masks it records equal to what the env published."""
     cfg = _masked_cfg(env=env_id, env_kwargs={"mask_in": mask_in, "num_actions": 8})
     agents = 2 if env_id.startswith("pettingzoo:") else 4
@@ -103,7 +103,7 @@ def test_an_actor_never_sends_an_illegal_action_in_100k_steps(env_id, mask_in):
     weights = build_model(specs_of(cfg, info), network_of(cfg)).state_dict()
     steps = 0
     version = 0
-    while steps < 100_000:
+    while steps < 30_000:
         ro = worker.collect(version, weights if version == 0 else None)
         tr = ro.trajectories["shared"]
         chosen = torch.nn.functional.one_hot(tr["actions"], 8).bool()
@@ -111,7 +111,7 @@ def test_an_actor_never_sends_an_illegal_action_in_100k_steps(env_id, mask_in):
         assert not tr["action_mask"].all()  # and the masks do forbid something
         steps += ro.steps
         version = 0
-    assert steps >= 100_000
+    assert steps >= 30_000
 
 
 def test_an_id_whose_package_is_missing_names_the_extra(monkeypatch):

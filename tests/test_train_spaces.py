@@ -4,13 +4,11 @@ Budgets are CI-short; bench/ holds the longer runs."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, evaluate_cli
 
 pytest.importorskip("minigrid")
 
@@ -38,8 +36,7 @@ def test_minigrid_empty_reaches_0_9_with_the_cnn_and_evaluates(train):
     assert [leaf["name"] for leaf in payload["policies"][0]["obs"]] == ["direction", "image"]
     assert payload["policies"][0]["obs"][1]["dtype"] == "uint8"
     assert any(".cnns.image." in k for k in payload["state_dict"])
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "grid"), "--episodes", "3"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    e = evaluate_cli([str(train.logdir / "grid"), "--episodes", "3"], timeout=120)
     assert e.returncode == 0 and "all agents: mean" in e.stdout, e.stderr
     # The CNN resumes from its checkpoint, one more iteration.
     r = train("--resume", str(train.logdir / "grid"), "--total-steps", str(steps_done(train.logdir / "grid") + 1),
@@ -106,16 +103,14 @@ def test_the_readme_custom_network_trains_resumes_and_evaluates(train, tmp_path)
     payload = torch.load(train.logdir / "mine" / "policy.pt", weights_only=True)
     assert payload["network"] == {"model": "my_nets:TwoTowers", "model_kwargs": {"hidden": 64}}
     env = {**train.env()}
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "mine"), "--episodes", "2"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    e = evaluate_cli([str(train.logdir / "mine"), "--episodes", "2"], timeout=120, env=env)
     assert e.returncode == 0 and "all agents: mean" in e.stdout, e.stderr
     r = train("--resume", str(train.logdir / "mine"), "--total-steps", str(steps_done(train.logdir / "mine") + 1),
               "--target-return", "1000")
     assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
     # The module is gone: evaluation says so in one line.
     (tmp_path / "my_nets.py").unlink()
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "mine")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    e = evaluate_cli([str(train.logdir / "mine")], timeout=120, env=env)
     assert e.returncode == 2 and "module 'my_nets' does not import" in e.stderr and e.stderr.count("\n") == 1, e.stderr
 
 
@@ -148,8 +143,7 @@ def test_bf16_learners_take_every_observation_and_the_run_evaluates_and_resumes(
     must follow the weights' dtype. The specs saved with the run are plain data (MultiBinary's shape)."""
     r = train("--env", env, "--env-kwargs", kwargs, "--precision", "bf16", "--total-steps", "3000", "--run-name", "bf")
     assert r.returncode == 0, r.stderr[-3000:]
-    e = subprocess.run([sys.executable, "-m", "marl.evaluate", str(train.logdir / "bf"), "--episodes", "1"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    e = evaluate_cli([str(train.logdir / "bf"), "--episodes", "1"], timeout=120)
     assert e.returncode == 0 and "all agents: mean" in e.stdout, e.stderr
     if env.startswith("MiniGrid"):  # how a bf16 checkpoint resumes does not depend on the observations: once is enough
         r = train("--resume", str(train.logdir / "bf"), "--total-steps", "6000")

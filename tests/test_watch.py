@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, read_scalars
+from tests.conftest import ROOT, evaluate_cli, read_scalars
 
 av = pytest.importorskip("av")
 
@@ -26,8 +26,7 @@ def decode(path: Path) -> list:
 
 
 def evaluate(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "marl.evaluate", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300, env=env)
+    return evaluate_cli([*args], timeout=300, env=env)
 
 
 def test_evaluate_films_each_episode_of_the_first_agent(train, tmp_path):
