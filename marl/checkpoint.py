@@ -53,22 +53,87 @@ class TrainState:
         self.extra = extra or {}
 
     def state_dict(self) -> dict:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
+        if self._sharded():
+            from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        # get_state_dict creates the optimizer's state (zeros) so that a load has tensors to load into.
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+            # get_state_dict creates the optimizer's state (zeros) so that a load has tensors to load into.
+            model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        else:
+            model_sd, optim_sd = self.model.state_dict(), plain_optim_state_dict(self.model, self.optimizer)
         return {"model": model_sd, "optim": optim_sd, **{k: g.get_state() for k, g in zip(self.rng_keys, self.generators)},
                 **{k: v.state_dict() for k, v in self.extra.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        from torch.distributed.checkpoint.state_dict import set_state_dict
+        if self._sharded():
+            from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        else:
+            self.model.load_state_dict(state["model"])
+            load_plain_optim_state_dict(self.model, self.optimizer, state["optim"])
         # A rank the saving run did not have keeps the fresh seed it was given (checkpoint.load).
         for key, g in zip(self.rng_keys, self.generators):
             g.set_state(state[key])
         for key, v in self.extra.items():  # a checkpoint without them (--norm-reward turned on) keeps their start
             v.load_state_dict(state[key])
+
+
+    def _sharded(self) -> bool:
+        from torch.distributed.tensor import DTensor
+
+        return any(isinstance(p, DTensor) for p in self.model.parameters())
+
+
+# A model nothing shards (one fp32 learner rank) gets the state dicts DCP's get_state_dict makes, in
+# the same layout (so its checkpoints load on any other number of ranks, and theirs on it), made here:
+# get_state_dict imports torch._dynamo (1-2 s) to ask whether the model was compiled, which a run
+# of one learner would otherwise import for nothing at its first checkpoint.
+
+def _param_names(model: nn.Module, optimizers: tuple[torch.optim.Optimizer, ...]) -> list[list[str]]:
+    """Per optimizer, the fully qualified name of each parameter in its state_dict's numbering."""
+    names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+    return [[names[id(p)] for g in opt.param_groups for p in g["params"]] for opt in optimizers]
+
+
+def _init_optim_state(opt: torch.optim.Optimizer) -> None:
+    """As DCP's: a step of zero gradients at learning rate 0, so that a fresh optimizer has state tensors."""
+    if opt.state or any(p.grad is not None for g in opt.param_groups for p in g["params"]):
+        return
+    for g in opt.param_groups:
+        for p in g["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+    lrs = [g["lr"] for g in opt.param_groups]
+    for g in opt.param_groups:
+        g["lr"] = 0.0
+    opt.step()
+    for g, lr in zip(opt.param_groups, lrs):
+        g["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+
+
+def plain_optim_state_dict(model: nn.Module, optimizers: tuple[torch.optim.Optimizer, ...]) -> dict:
+    """Every optimizer's state by parameter name, and their parameter groups with names for indices."""
+    state, groups = {}, []
+    for opt, names in zip(optimizers, _param_names(model, optimizers)):
+        _init_optim_state(opt)
+        sd = opt.state_dict()
+        state.update({names[i]: v for i, v in sd["state"].items()})
+        groups += [{**g, "params": [names[i] for i in g["params"]]} for g in sd["param_groups"]]
+    return {"state": state, "param_groups": groups}
+
+
+def load_plain_optim_state_dict(model: nn.Module, optimizers: tuple[torch.optim.Optimizer, ...], sd: dict) -> None:
+    """The inverse: each optimizer takes its parameters' state and the saved groups of the same names."""
+    saved = {tuple(g["params"]): g for g in sd["param_groups"]}
+    for opt, names in zip(optimizers, _param_names(model, optimizers)):
+        index = {n: i for i, n in enumerate(names)}
+        groups, k = [], 0
+        for g in opt.param_groups:
+            own = tuple(names[k:k + len(g["params"])])
+            k += len(own)
+            groups.append({**saved[own], "params": [index[n] for n in own]})
+        opt.load_state_dict({"state": {index[n]: v for n, v in sd["state"].items() if n in index}, "param_groups": groups})
 
 
 class CheckpointError(ValueError):

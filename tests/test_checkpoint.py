@@ -177,3 +177,44 @@ def test_an_off_policy_checkpoint_restores_targets_every_optimizer_and_the_buffe
             assert torch.equal(rows, loaded["replay"][key][name]), name
     else:
         assert int(loaded["replay"][key]["size"]) == 0  # another rank count: the shards start empty
+
+
+def test_one_unsharded_ranks_state_is_the_layout_dcps_get_state_dict_makes():
+    """One fp32 learner's TrainState builds its state dicts itself (DCP's helpers import torch._dynamo);
+    they must be DCP's, key for key and value for value, or its checkpoints would not load on 2 ranks."""
+    from torch import nn
+
+    from marl.checkpoint import TrainState
+    from marl.optim import Adam
+
+    def made():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+        opts = (Adam(net[0].parameters(), lr=1e-3), Adam([{"params": net[2].parameters()}], lr=2e-3, eps=1e-5))
+        for g in opts[0].param_groups + opts[1].param_groups:
+            g["base_lr"] = g["lr"]
+        return net, opts
+
+    for steps in (0, 2):  # a fresh optimizer (its state made as DCP makes it) and a trained one
+        net, opts = made()
+        ref_net, ref_opts = made()
+        for m, os_ in ((net, opts), (ref_net, ref_opts)):
+            for k in range(steps):
+                for o in os_:
+                    o.zero_grad()
+                m(torch.full((5, 3), float(k + 1))).sum().backward()
+                for o in os_:
+                    o.step()
+        ours = TrainState(net, opts, (torch.Generator(),), 0).state_dict()
+        model_sd, optim_sd = get_state_dict(ref_net, ref_opts)
+        assert ours["model"].keys() == model_sd.keys() and all(torch.equal(ours["model"][k], v) for k, v in model_sd.items())
+        assert ours["optim"]["param_groups"] == optim_sd["param_groups"]
+        assert ours["optim"]["state"].keys() == optim_sd["state"].keys()
+        for name, st in optim_sd["state"].items():
+            assert all(torch.equal(ours["optim"]["state"][name][k], v) for k, v in st.items()), name
+        fresh_net, fresh_opts = made()
+        TrainState(fresh_net, fresh_opts, (torch.Generator(),), 0).load_state_dict(ours)
+        for a, b in zip(fresh_opts, opts):
+            assert a.state_dict()["param_groups"] == b.state_dict()["param_groups"]
+            for i, st in b.state_dict()["state"].items():
+                assert all(torch.equal(a.state_dict()["state"][i][k], v) for k, v in st.items())
