@@ -5,9 +5,9 @@ torch.optim wraps `add_param_group`, `zero_grad`, `state_dict` and `load_state_d
 call of either imports torch._dynamo (with sympy: 1-2.3 s on a 2-core machine, more than the rest of
 a learner's start-up together). Those guards only matter under torch.compile, which marl never uses,
 so this class calls the same methods undecorated: the same arithmetic, the same state dicts, one
-fused kernel as before. A learner of one fp32 rank (the default run) then reaches its first rollout
-without torch._dynamo; it imports it at its first checkpoint (DCP's get_state_dict asks whether the
-model was compiled), and a sharded one at once (FSDP2 makes its DTensor parameters under the guard).
+fused kernel as before. A learner of one fp32 rank (the default run) then never imports
+torch._dynamo (its checkpoints skip DCP's get_state_dict for the same reason: marl.checkpoint); a
+sharded one does at once (FSDP2 makes its DTensor parameters under the guard).
 """
 
 from __future__ import annotations

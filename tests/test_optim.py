@@ -58,8 +58,7 @@ print("dynamo imported" if "torch._dynamo" in sys.modules else "no dynamo")
 
 def test_its_steps_never_import_dynamo():
     # In a fresh process: torch._dynamo takes 1-2 s to import, more than the rest of a learner's start-up
-    # (a learner imports it later, at its first checkpoint: DCP's get_state_dict asks whether the
-    # model is a compiled one; and at once where FSDP2 makes DTensor parameters).
+    # (a sharded learner imports it anyway: FSDP2 makes its DTensor parameters under dynamo's guard).
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "no dynamo", out.stdout
