@@ -90,8 +90,11 @@ class TrainState:
 # of one learner would otherwise import for nothing at its first checkpoint.
 
 def _param_names(model: nn.Module, optimizers: tuple[torch.optim.Optimizer, ...]) -> list[list[str]]:
-    """Per optimizer, the fully qualified name of each parameter in its state_dict's numbering."""
-    names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+    """Per optimizer, the fully qualified name of each parameter in its state_dict's numbering, as DCP
+    names it: a shared parameter by its first name, without activation checkpointing's wrapper."""
+    names: dict[int, str] = {}
+    for n, p in model.named_parameters():
+        names.setdefault(id(p), n.replace("_checkpoint_wrapped_module.", ""))
     return [[names[id(p)] for g in opt.param_groups for p in g["params"]] for opt in optimizers]
 
 

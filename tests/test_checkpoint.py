@@ -187,17 +187,23 @@ def test_one_unsharded_ranks_state_is_the_layout_dcps_get_state_dict_makes():
     from marl.checkpoint import TrainState
     from marl.optim import Adam
 
-    def made():
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    def made(wrapped: bool):
         torch.manual_seed(0)
-        net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+        first = nn.Linear(3, 4)
+        net = nn.Sequential(checkpoint_wrapper(first) if wrapped else first, nn.Tanh(), nn.Linear(4, 2))
+        net.register_parameter("tied", net[2].weight)  # one parameter under two names: DCP keeps the first
         opts = (Adam(net[0].parameters(), lr=1e-3), Adam([{"params": net[2].parameters()}], lr=2e-3, eps=1e-5))
         for g in opts[0].param_groups + opts[1].param_groups:
             g["base_lr"] = g["lr"]
         return net, opts
 
-    for steps in (0, 2):  # a fresh optimizer (its state made as DCP makes it) and a trained one
-        net, opts = made()
-        ref_net, ref_opts = made()
+    # A fresh optimizer (its state made as DCP makes it) and a trained one; plain and with
+    # --activation-checkpointing's wrapper, which one fp32 rank applies too.
+    for steps, wrapped in ((0, False), (2, False), (2, True)):
+        net, opts = made(wrapped)
+        ref_net, ref_opts = made(wrapped)
         for m, os_ in ((net, opts), (ref_net, ref_opts)):
             for k in range(steps):
                 for o in os_:
@@ -212,7 +218,7 @@ def test_one_unsharded_ranks_state_is_the_layout_dcps_get_state_dict_makes():
         assert ours["optim"]["state"].keys() == optim_sd["state"].keys()
         for name, st in optim_sd["state"].items():
             assert all(torch.equal(ours["optim"]["state"][name][k], v) for k, v in st.items()), name
-        fresh_net, fresh_opts = made()
+        fresh_net, fresh_opts = made(wrapped)
         TrainState(fresh_net, fresh_opts, (torch.Generator(),), 0).load_state_dict(ours)
         for a, b in zip(fresh_opts, opts):
             assert a.state_dict()["param_groups"] == b.state_dict()["param_groups"]
