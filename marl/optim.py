@@ -24,9 +24,10 @@ class Adam(torch.optim.Adam):
 
     Algorithms (and users' own, see marl.algorithms.base) make their optimizers with it."""
 
-    def __init__(self, params, lr: float, eps: float = 1e-8):
+    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0):
         # fused: one kernel for all (DTensor) parameters; the per-parameter loop costs more than the math here.
-        super().__init__(params, lr=lr, eps=eps, fused=True)
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)
 
     def add_param_group(self, param_group: dict) -> None:
         inspect.unwrap(_OPTIMIZER.add_param_group)(self, param_group)

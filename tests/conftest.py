@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import multiprocessing
@@ -56,7 +57,8 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-# What `python train.py` imports before its first rollout, imported once by each test worker's fork server.
+# What `python train.py` and `python -m marl.evaluate` import, imported once by each test worker's fork
+# server (torch._dynamo too: a sharded learner imports it, and bench/ and some tests' own code).
 PRELOAD = ["torch", "torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint", "torch.distributed.rpc",
            "gymnasium", "numpy", "torch.utils.tensorboard", "envs", "marl.launch", "marl.coordinator", "marl.learner",
            "marl.actor", "marl.evaluate.cli", "train", "tests.conftest"]
@@ -78,8 +80,8 @@ def _run_main(entry: str, argv: list[str], env: dict[str, str], out: str, err: s
     code: object = 1
     try:
         os.setsid()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_DFL)  # as from a terminal
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a python started from a terminal
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.environ.clear()
         os.environ.update(env)
         sys.path[:0] = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -93,14 +95,18 @@ def _run_main(entry: str, argv: list[str], env: dict[str, str], out: str, err: s
         program, module, function = ENTRIES[entry]
         sys.argv = [program, *argv]
         code = getattr(importlib.import_module(module), function)(argv)
-    except SystemExit as e:  # argparse's --help and its usage errors
+    except SystemExit as e:  # argparse's --help and its usage errors; as the interpreter, a message goes to stderr
         code = e.code
+        if not isinstance(code, int) and code is not None:
+            print(code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 def run_forked(entry: str, argv: list[str], env: dict[str, str], timeout: float,
@@ -108,19 +114,22 @@ def run_forked(entry: str, argv: list[str], env: dict[str, str], timeout: float,
     """`python train.py ARGV` or `python -m marl.evaluate ARGV` (`entry`), as a child of a fork server
     that has imported torch and marl once per test worker: the same code from the program's `main` on,
     in a process of its own with its own output, without paying the 3-6 s of imports (a 2-core
-    machine's) that most short runs are made of. Its session goes into `sessions`; on a timeout every
-    process of it is killed."""
+    machine's) that most short runs are made of. On a timeout every process of its session is killed;
+    a session with processes left when it returns goes into `sessions`, for the test to end."""
     with tempfile.TemporaryDirectory() as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         proc = _forkserver().Process(target=_run_main, args=(entry, argv, env, str(out), str(err)))
-        proc.start()
-        if sessions is not None:
-            sessions.append(proc.pid)
+        # The server, started by a worker's first run, finds tests.conftest from its working directory.
+        with contextlib.chdir(ROOT):
+            proc.start()
         proc.join(timeout)
         timed_out = proc.exitcode is None
         if timed_out:
             kill_all(processes_with_token(None, (proc.pid,)))
             proc.join()
+        # A session's id may be another run's once none of its processes is left: keep only live ones.
+        if sessions is not None and processes_with_token(None, (proc.pid,)):
+            sessions.append(proc.pid)
         stdout, stderr = (f.read_text() if f.exists() else "" for f in (out, err))
     cmd = [sys.executable, *ENTRIES[entry][0].split(), *argv]
     if timed_out:

@@ -1,6 +1,7 @@
-"""Continuous control end to end: the Pendulum preset learns (a short version of bench/continuous.py),
-its normalisation statistics go into checkpoints, policy.pt and a resumed run; tanh-squashed Box
-actions train and play, alone and under MAPPO; a Box env on CartPole's defaults points at the preset."""
+"""Continuous control end to end: the Pendulum preset's normalisation statistics go into checkpoints,
+policy.pt and a resumed run; tanh-squashed Box actions train and play, alone and under MAPPO; a Box env
+on CartPole's defaults points at the preset; Hopper learns with the MuJoCo preset (a short version of
+bench/continuous.py, which measures both presets' learning)."""
 
 from __future__ import annotations
 
