@@ -3,6 +3,7 @@ result.json it wrote (marl.result), never from its console text."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -36,3 +37,13 @@ def run_train(args: list[str], run_dir: Path, check: bool = True) -> Finished:
         if check:
             raise SystemExit(f"train.py {' '.join(args)} failed with exit code {proc.returncode}")
     return Finished(load(run_dir) if proc.returncode == 0 else None, wall, proc.returncode, proc.stdout)
+
+
+def run_peer(cmd: list[str]) -> dict:
+    """A peer program's run (bench/peers/, in its own venv): the JSON line it prints last, plus
+    `process_wall`, its seconds from the command to its exit. A failure ends the bench."""
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "process_wall": time.perf_counter() - start}

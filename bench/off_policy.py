@@ -27,16 +27,14 @@ made one at a time). QMIX and VDN are bench/multiagent.py's variants, beside MAP
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import ROOT, run_train  # bench/common.py, which also puts the repository on sys.path
+from common import ROOT, run_peer, run_train  # bench/common.py, which also puts the repository on sys.path
 
 # case: (train.py flags, budget, greedy evaluation episodes per agent)
 CASES = {
@@ -80,13 +78,7 @@ def run_marl(case: str, seed: int, budget: int, logdir: str, extra: tuple[str, .
 def run_sb3(python: str, seed: int, budget: int) -> dict:
     cmd = [python, str(ROOT / "bench" / "peers" / "sb3_sac.py"), "--env", "HalfCheetah-v5", "--steps", str(budget),
            "--seed", str(seed), "--learning-starts", "10000"]
-    start = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-    row = json.loads(out.stdout.strip().splitlines()[-1])
-    row["process_wall"] = time.perf_counter() - start
-    return row
+    return run_peer(cmd)
 
 
 def report(case: str, rows: list[dict]) -> None:

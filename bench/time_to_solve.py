@@ -18,14 +18,12 @@ to the 100-episode mean of 475, its start-up not counted) over marl's prompt-to-
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from common import ROOT, run_train  # bench/common.py
+from common import ROOT, run_peer, run_train  # bench/common.py
 
 
 def run_seed(seed: int, extra: list[str], logdir: str) -> dict:
@@ -36,11 +34,7 @@ def run_seed(seed: int, extra: list[str], logdir: str) -> dict:
 
 
 def run_sb3(python: str, seed: int) -> dict:
-    cmd = [python, str(ROOT / "bench" / "peers" / "sb3_ppo_cartpole.py"), "--seed", str(seed)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_peer([python, str(ROOT / "bench" / "peers" / "sb3_ppo_cartpole.py"), "--seed", str(seed)])
 
 
 def main() -> int:

@@ -77,7 +77,6 @@ class TrainState:
         for key, v in self.extra.items():  # a checkpoint without them (--norm-reward turned on) keeps their start
             v.load_state_dict(state[key])
 
-
     def _sharded(self) -> bool:
         from torch.distributed.tensor import DTensor
 

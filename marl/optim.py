@@ -16,7 +16,11 @@ import inspect
 
 import torch
 
-_OPTIMIZER = torch.optim.Optimizer
+# The undecorated methods, found once (not on every step).
+_ADD_PARAM_GROUP, _ZERO_GRAD, _STATE_DICT, _LOAD_STATE_DICT = (
+    inspect.unwrap(f) for f in (torch.optim.Optimizer.add_param_group, torch.optim.Optimizer.zero_grad,
+                                torch.optim.Optimizer.state_dict, torch.optim.Optimizer.load_state_dict))
+_ADAM_STEP = inspect.unwrap(torch.optim.Adam.step)
 
 
 class Adam(torch.optim.Adam):
@@ -30,18 +34,18 @@ class Adam(torch.optim.Adam):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)
 
     def add_param_group(self, param_group: dict) -> None:
-        inspect.unwrap(_OPTIMIZER.add_param_group)(self, param_group)
+        _ADD_PARAM_GROUP(self, param_group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        inspect.unwrap(_OPTIMIZER.zero_grad)(self, set_to_none)
+        _ZERO_GRAD(self, set_to_none)
 
     def state_dict(self) -> dict:
-        return inspect.unwrap(_OPTIMIZER.state_dict)(self)
+        return _STATE_DICT(self)
 
     def load_state_dict(self, state_dict: dict) -> None:
-        inspect.unwrap(_OPTIMIZER.load_state_dict)(self, state_dict)
+        _LOAD_STATE_DICT(self, state_dict)
 
     def step(self, closure=None):
         # What the undecorated step's wrapper does in eager mode (differentiable=False): no autograd.
         with torch.no_grad():
-            return inspect.unwrap(torch.optim.Adam.step)(self, closure)
+            return _ADAM_STEP(self, closure)

@@ -17,8 +17,8 @@ from marl.algorithms.dqn import DQN, unroll
 from marl.distributions.categorical import masked
 from marl.models.mixers import VDNMixer
 from marl.models.training_nets import TrainingNets
-from marl.replay import nstep_windows
 from marl.optim import Adam
+from marl.replay import nstep_windows
 
 
 def chosen(q: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
