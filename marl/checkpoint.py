@@ -6,6 +6,10 @@ Layout of `runs/<run>/checkpoints/iter_000042/`:
   optimizer shards it holds and its sampling generators under keys of their own (and the reward
   scalers' statistics). DCP stores global shapes, so a checkpoint written by L ranks loads on any
   other number (it reshards).
+- or, from a single learner rank that nothing shards (one fp32 CPU learner, the default run),
+  `learner.pt`: the same state dict, whole, in one `torch.save` file. Importing DCP costs 1.6-3.6 s
+  on a 2-core machine (it imports DTensor and sympy), a quarter of a CartPole run; this file loads
+  on any number of ranks too (each takes its shards of the whole tensors).
 - `trainer.pt`: what rank 0 alone holds (iteration, global step, policy version, the running
   episode window, wall seconds, the opponent pool) and the network's shape, in plain tensors and
   values that `torch.load(..., weights_only=True)` reads.
@@ -21,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Protocol
 
@@ -63,11 +68,14 @@ class TrainState:
         return {"model": model_sd, "optim": optim_sd, **{k: g.get_state() for k, g in zip(self.rng_keys, self.generators)},
                 **{k: v.state_dict() for k, v in self.extra.items()}}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, whole: bool = False) -> None:
+        """`whole`: the model and optimizer state are unsharded tensors (a `learner.pt`), which a
+        sharded rank cuts into its shards."""
         if self._sharded():
-            from torch.distributed.checkpoint.state_dict import set_state_dict
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                           options=StateDictOptions(full_state_dict=whole))
         else:
             self.model.load_state_dict(state["model"])
             load_plain_optim_state_dict(self.model, self.optimizer, state["optim"])
@@ -78,9 +86,18 @@ class TrainState:
             v.load_state_dict(state[key])
 
     def _sharded(self) -> bool:
-        from torch.distributed.tensor import DTensor
+        return any(_is_dtensor(p) for p in self.model.parameters())
 
-        return any(isinstance(p, DTensor) for p in self.model.parameters())
+    @property
+    def whole(self) -> bool:
+        """Whether this rank's state is unsharded (then `save` may write it as one plain file)."""
+        return not self._sharded()
+
+
+def _is_dtensor(t) -> bool:
+    # Nothing is a DTensor before torch.distributed.tensor is imported, and importing it to ask costs 1-3 s.
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(t, module.DTensor)
 
 
 # A model nothing shards (one fp32 learner rank) gets the state dicts DCP's get_state_dict makes, in
@@ -144,6 +161,7 @@ class CheckpointError(ValueError):
 
 _NAME = re.compile(r"^iter_(\d{6,})$")
 TRAINER_FILE = "trainer.pt"
+LEARNER_FILE = "learner.pt"  # a single unsharded rank's state, in place of DCP's files
 
 
 def checkpoint_dir(run_dir: Path, iteration: int) -> Path:
@@ -151,8 +169,10 @@ def checkpoint_dir(run_dir: Path, iteration: int) -> Path:
 
 
 def is_checkpoint(path: Path) -> bool:
-    """A complete checkpoint: renamed into place, so its DCP metadata and trainer state are both there."""
-    return bool(_NAME.match(path.name)) and (path / ".metadata").is_file() and (path / TRAINER_FILE).is_file()
+    """A complete checkpoint: renamed into place, so its learner state (DCP's metadata, or one rank's
+    file) and trainer state are both there."""
+    return (bool(_NAME.match(path.name)) and ((path / ".metadata").is_file() or (path / LEARNER_FILE).is_file())
+            and (path / TRAINER_FILE).is_file())
 
 
 def latest(run_dir: Path) -> Path | None:
@@ -174,15 +194,19 @@ def save(state: Stateful, group: dist.ProcessGroup, run_dir: Path, iteration: in
     every shard is written. `own`: Statefuls that only this rank holds and reads back (replay
     shards, --save-buffer), written to a file of the rank's, outside DCP: their sizes differ by rank
     and a resume on another number of ranks starts them empty."""
-    from torch.distributed.checkpoint import save as dcp_save
-
     rank = dist.get_rank(group)
     final = checkpoint_dir(run_dir, iteration)
     tmp = final.with_name(f".{final.name}.tmp")
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)  # the leftover of a crash while writing
-    # DCP's planning is a collective over the group: no rank writes before rank 0 has cleared `tmp`.
-    dcp_save(state.state_dict(), checkpoint_id=tmp, process_group=group)
+    if dist.get_world_size(group) == 1 and getattr(state, "whole", False):
+        tmp.mkdir(parents=True)
+        torch.save(state.state_dict(), tmp / LEARNER_FILE)
+    else:
+        from torch.distributed.checkpoint import save as dcp_save
+
+        # DCP's planning is a collective over the group: no rank writes before rank 0 has cleared `tmp`.
+        dcp_save(state.state_dict(), checkpoint_id=tmp, process_group=group)
     if own:
         torch.save({k: v.state_dict() for k, v in own.items()}, tmp / f"own_rank{rank}.pt")
     dist.barrier(group=group)  # every shard is on disk before the rename makes it a checkpoint
@@ -224,6 +248,12 @@ def load(state: Stateful, path: Path, group: dist.ProcessGroup) -> None:
     """Restore a learner rank's state from a checkpoint written by any number of learner ranks. A
     collective: every learner rank calls it. A key the checkpoint lacks (the generator of a rank
     the saving run did not have) keeps its current value."""
+    whole = Path(path) / LEARNER_FILE
+    if whole.is_file():
+        sd = state.state_dict()  # its keys the saving rank lacked keep their values, as DCP's partial load
+        sd.update(torch.load(whole, weights_only=True))
+        state.load_state_dict(sd, whole=True)
+        return
     from torch.distributed.checkpoint import load as dcp_load
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
