@@ -239,29 +239,30 @@ def test_the_lookahead_player_beats_random_play():
     assert table["player_1"]["win"] >= 0.8 and table["player_2"]["win"] >= 0.6, table
 
 
-def test_tictactoe_self_play_beats_random_play(train):
-    r = train("--config", str(ROOT / "configs" / "tictactoe.toml"), "--total-steps", "40000", "--eval-every", "20",
-              "--eval-episodes", "50", "--run-name", "ttt")
+def test_tictactoe_evaluates_against_random_play_during_training_and_after(train):
+    """The in-training evaluation's tags and the evaluation CLI's per-seat table, at a small budget: the
+    learning check of self-play is connect-four's (below); bench/selfplay.py trains tic-tac-toe to its
+    budget (its smoke runs in tests/test_bench.py)."""
+    r = train("--config", str(ROOT / "configs" / "tictactoe.toml"), "--total-steps", "6000", "--eval-every", "3",
+              "--eval-episodes", "20", "--run-name", "ttt")
     assert r.returncode == 0, r.stderr[-3000:]
     iterations = int([line for line in r.stdout.splitlines() if line.startswith("iter ")][-1].split()[1])
+    assert iterations >= 6
     scalars = read_scalars(train.logdir / "ttt")
     for tag in ["eval/win_rate_vs_random"] + [f"eval/{a}/{k}_rate_vs_random" for a in ("player_1", "player_2")
                                               for k in ("win", "draw", "loss")]:
-        assert len(scalars[tag]) == iterations // 20, tag
+        assert len(scalars[tag]) == iterations // 3, tag
     for (_, w), (_, a), (_, b) in zip(scalars["eval/win_rate_vs_random"], scalars["eval/player_1/win_rate_vs_random"],
                                       scalars["eval/player_2/win_rate_vs_random"]):
         assert w == pytest.approx((a + b) / 2)
-    e = evaluate_cli([str(train.logdir / "ttt"), "--opponent", "random",
-                        "--episodes", "300", "--json"], timeout=300)
+    e = evaluate_cli([str(train.logdir / "ttt"), "--opponent", "random", "--episodes", "40", "--json"], timeout=300)
     assert e.returncode == 0, e.stderr[-2000:]
     out = json.loads(e.stdout)
     first, second = out["seats"]["player_1"], out["seats"]["player_2"]
-    assert first["games"] == second["games"] == 300
-    assert abs(first["win"] + first["draw"] + first["loss"] - 1) < 1e-9
-    # Random against random: the first player wins 58%, the second 29% (PettingZoo's rules). Measured at
-    # this budget (40k agent-steps, seed 1): 79.7% and 60.7%.
-    assert first["win"] >= 0.75 and second["win"] >= 0.45, out["seats"]
-    assert set(out["agents"]) == {"player_1", "player_2"} and out["agents"]["player_1"]["episodes"] == 300
+    assert first["games"] == second["games"] == 40
+    for seat in (first, second):
+        assert abs(seat["win"] + seat["draw"] + seat["loss"] - 1) < 1e-9
+    assert set(out["agents"]) == {"player_1", "player_2"} and out["agents"]["player_1"]["episodes"] == 40
 
 
 def test_connect_four_with_its_preset_beats_random_play(train):
