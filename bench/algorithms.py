@@ -60,13 +60,13 @@ def time_to_solve(seeds: int, budget: int, logdir: str, variants: dict[str, list
               flush=True)
 
 
-def lag_stress(seeds: int, budget: int, logdir: str, aheads: tuple[int, ...]) -> None:
-    print(f"2. policy lag: async, 6 actors, 16 epochs per batch, {budget:,} agent-steps, seeds 1-{seeds}")
+def lag_stress(seeds: int, budget: int, logdir: str, aheads: tuple[int, ...], actors: int = 6, epochs: int = 16) -> None:
+    print(f"2. policy lag: async, {actors} actors, {epochs} epochs per batch, {budget:,} agent-steps, seeds 1-{seeds}")
     for ahead in aheads:
         means = {}
         for algo in ("ppo", "appo"):
-            runs = [train(["--agents", "8", "--seed", str(s), "--mode", "async", "--actors", "6", "--update-epochs", "16",
-                           "--async-ahead", str(ahead), "--algo", algo, "--total-steps", str(budget),
+            runs = [train(["--agents", "8", "--seed", str(s), "--mode", "async", "--actors", str(actors),
+                           "--update-epochs", str(epochs), "--async-ahead", str(ahead), "--algo", algo, "--total-steps", str(budget),
                            "--target-return", "1000"], logdir, f"lag_{ahead}_{algo}_{s}") for s in range(1, seeds + 1)]
             means[algo] = statistics.median(r["mean"] for r in runs)
             print(f"   --async-ahead {ahead} {algo.upper():5s} mean return of the last 100: median {means[algo]:.1f} "
@@ -133,18 +133,24 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--lag-seeds", type=int, default=3)
-    p.add_argument("--smoke", action="store_true", help="tiny budgets, one seed: that every part runs")
+    p.add_argument("--smoke", action="store_true", help="tiny budgets, one seed, one variant of each "
+                   "part, the stress with 2 actors and 2 epochs: that every part runs")
     p.add_argument("--parts", default="solve,lag,batch", help="which of the three parts to run")
     args = p.parse_args()
     budget, lag_budget, repeats = (3_000, 3_000, 3) if args.smoke else (500_000, 300_000, 50)
     seeds, lag_seeds = (1, 1) if args.smoke else (args.seeds, args.lag_seeds)
     parts = args.parts.split(",")
     with tempfile.TemporaryDirectory() as logdir:
-        # The smoke runs one variant of each part (the one with the most flags of its own): that the code runs.
+        # The smoke runs one variant of each part (the one with the most flags of its own), and the stress with 2
+        # actors and 2 epochs (each actor a process to start: the flags are the same, only the load is lighter):
+        # that the code runs.
         if "solve" in parts:
             time_to_solve(seeds, budget, logdir, {k: v for k, v in VARIANTS.items() if k == "async IMPALA" or not args.smoke})
         if "lag" in parts:
-            lag_stress(lag_seeds, lag_budget, logdir, (4,) if args.smoke else (1, 4))
+            if args.smoke:
+                lag_stress(lag_seeds, lag_budget, logdir, (4,), actors=2, epochs=2)
+            else:
+                lag_stress(lag_seeds, lag_budget, logdir, (1, 4))
     if "batch" in parts:
         batch_path(repeats)
     return 0

@@ -2,7 +2,7 @@
 
     python bench/atari_throughput.py                        # ALE/Breakout-v5, 8 envs, ~10 s per measurement
     python bench/atari_throughput.py --game ALE/Pong-v5 --envs 16 --seconds 5
-    python bench/atari_throughput.py --smoke                # tiny sizes, a few seconds each (CI)
+    python bench/atari_throughput.py --smoke                # tiny sizes, a fraction of a second each (CI)
 
 The network and PPO settings are `configs/atari.toml`'s (Nature-DQN CNN on 4x84x84 uint8 frames,
 128 steps per request, 4 minibatches x 4 epochs), with one agent per env copy and `--envs` copies
@@ -28,7 +28,7 @@ steps its copies in C++ threads of its own.
 
 Gymnasium's AtariPreprocessing resizes with OpenCV, which none of this project's extras installs:
 without `cv2` the bench says so on the ratio line of (1) and runs the rest. The default run takes
-about 1.5 minutes on 2 cores, `--smoke` about 25 s.
+about 1.5 minutes on 2 cores, `--smoke` about 20 s.
 """
 
 from __future__ import annotations
@@ -334,12 +334,12 @@ def rollout_bytes(cfg: Config, info) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--game", default="ALE/Breakout-v5", help="an ALE/ id")
-    p.add_argument("--envs", type=int, default=None, help="env copies in all, over the 2 actors (default 8; 4 with --smoke)")
-    p.add_argument("--seconds", type=float, default=None, help="seconds per measurement (default 10; 1 with --smoke)")
-    p.add_argument("--smoke", action="store_true", help="tiny sizes (16 steps per request), a few seconds in all: for CI")
+    p.add_argument("--envs", type=int, default=None, help="env copies in all, over the 2 actors (default 8; 2 with --smoke)")
+    p.add_argument("--seconds", type=float, default=None, help="seconds per measurement (default 10; 0.3 with --smoke)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes (8 steps per request, 1 epoch), a few seconds in all: for CI")
     args = p.parse_args()
-    n = args.envs if args.envs is not None else (4 if args.smoke else 8)
-    seconds = args.seconds if args.seconds is not None else (1.0 if args.smoke else 10.0)
+    n = args.envs if args.envs is not None else (2 if args.smoke else 8)
+    seconds = args.seconds if args.seconds is not None else (0.3 if args.smoke else 10.0)
     if not args.game.startswith("ALE/"):
         p.error("--game must be an ALE/ id (ale_py's vector env is one side of the comparison)")
     if n < ACTORS or n % ACTORS:
@@ -351,7 +351,8 @@ def main() -> int:
     logdir = tempfile.mkdtemp(prefix="marl-atari-bench-")
     try:
         cfg = dataclasses.replace(base, env=args.game, agents=1, actors=ACTORS, envs_per_actor=n // ACTORS, learners=1,
-                                  mode="sync", rollout="steps", num_steps=16 if args.smoke else base.num_steps,
+                                  mode="sync", rollout="steps", num_steps=8 if args.smoke else base.num_steps,
+                                  update_epochs=1 if args.smoke else base.update_epochs,
                                   logdir=logdir, run_name="bench", checkpoint_every=0, target_return=None)
         try:
             cfg = validate(cfg, gpus=torch.cuda.device_count())

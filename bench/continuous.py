@@ -11,7 +11,7 @@ Cases (each `train.py --config <preset>` with `--seed s`, run to its whole budge
     python bench/continuous.py --cases pendulum --seeds 5 --parallel 2
     python bench/continuous.py --cases pendulum,pendulum_beta --seeds 5 --parallel 2   # Beta beside the Gaussian
     python bench/continuous.py --cases hopper,halfcheetah --seeds 3
-    python bench/continuous.py --smoke               # CI: a tiny budget, 1 seed
+    python bench/continuous.py --smoke               # CI: one short iteration, 1 seed
 
 `--cleanrl PATH` also runs CleanRL's `ppo_continuous_action.py` (a copy of it at PATH, with `tyro`
 installed; under Gymnasium 1.4 its `TransformObservation(...)` call needs `env.observation_space` as
@@ -51,9 +51,10 @@ def curve(stdout: str) -> list[tuple[int, float]]:
     return [(int(s.replace(",", "")), float(r)) for s, r, n in LINE.findall(stdout) if int(n) == 100]
 
 
-def run(case: str, seed: int, budget: int, logdir: str) -> tuple[str, int, list[tuple[int, float]], Result, float]:
+def run(case: str, seed: int, budget: int, logdir: str,
+        extra: tuple[str, ...] = ()) -> tuple[str, int, list[tuple[int, float]], Result, float]:
     """One run to its budget: its curve (from the progress lines: result.json holds no curve), how it ended."""
-    args = [*CASES[case][0], "--seed", str(seed), "--total-steps", str(budget), "--target-return", "1e9",
+    args = [*CASES[case][0], *extra, "--seed", str(seed), "--total-steps", str(budget), "--target-return", "1e9",
             "--checkpoint-every", "0"]
     done = run_train(args, Path(logdir) / f"{case}-{seed}")
     return case, seed, curve(done.stdout), done.result, done.wall
@@ -103,7 +104,8 @@ def main() -> int:
     p.add_argument("--first-seed", type=int, default=1)
     p.add_argument("--parallel", type=int, default=1, help="runs at once")
     p.add_argument("--budget", type=int, default=0, help="agent-steps per run (default: the case's)")
-    p.add_argument("--smoke", action="store_true", help="pendulum, 1 seed, 4k agent-steps: that the bench runs")
+    p.add_argument("--smoke", action="store_true", help="pendulum, 1 seed, one iteration of 2k agent-steps and "
+                   "1 epoch, in 10-step episodes (so that 100 finish and every line of the report runs): that the bench runs")
     p.add_argument("--cleanrl", default="", help="path of CleanRL's ppo_continuous_action.py, run beside marl on MuJoCo cases")
     args = p.parse_args()
     cases = ["pendulum"] if args.smoke else args.cases.split(",")
@@ -111,8 +113,10 @@ def main() -> int:
     if unknown:
         p.error(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
     seeds = 1 if args.smoke else args.seeds
+    smoke = ("--env-kwargs", '{"max_episode_steps": 10}', "--num-steps", "128", "--update-epochs", "1")
     with tempfile.TemporaryDirectory() as logdir, ThreadPoolExecutor(args.parallel) as pool:
-        jobs = [pool.submit(run, case, seed, 4_000 if args.smoke else args.budget or CASES[case][1], logdir)
+        jobs = [pool.submit(run, case, seed, 1_000 if args.smoke else args.budget or CASES[case][1], logdir,
+                            smoke if args.smoke else ())
                 for case in cases for seed in range(args.first_seed, args.first_seed + seeds)]
         results: dict[str, list] = {}
         for job in jobs:

@@ -3,7 +3,8 @@
 Everything runs the real `marl.learner.Learner` (gloo, CPU, one thread per rank) on the CartPole-v1
 actor-critic with 4 hidden layers of 4096 (about 100.7M parameters; sharded, every 4096x4096 block
 is its own FSDP2 unit under the default MIN_BLOCK_PARAMS). Each run is a fresh set of real
-processes, one per rank.
+processes, one per rank (spawned: fresh interpreters; --smoke forks them from the bench's process, as
+marl.launch starts its ranks on CPU, which spares each the seconds of importing torch again).
 
 1. Sharding: one real PPO optimizer step (LearnerGroup.update on rank 0, follow on the others) on 1
    rank, then on 2 ranks. Each rank then counts the bytes of its local parameter shards, gradient
@@ -16,7 +17,7 @@ processes, one per rank.
    Baseline: AC off.
 
     python bench/learner_memory.py                     # 4096,4096,4096,4096; a few minutes on 2 cores
-    python bench/learner_memory.py --smoke             # tiny sizes, well under a minute (CI)
+    python bench/learner_memory.py --smoke             # tiny sizes, forked ranks, well under a minute (CI)
     python bench/learner_memory.py --hidden 2048,2048 --batch 512 --ac-batch 8192
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -180,9 +182,9 @@ def wait_all(procs: list, timeout: float) -> bool:
         multiprocessing.connection.wait([p.sentinel for p in pending], timeout=left)
 
 
-def run_ranks(world: int, job: Job, timeout: float) -> list[dict]:
+def run_ranks(world: int, job: Job, timeout: float, start_method: str = "spawn") -> list[dict]:
     """One run: `world` fresh rank processes doing `job`; each rank's measurements."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context(start_method)
     with tempfile.TemporaryDirectory() as tmp:
         # A file-store rendezvous, as marl.launch's: no port to pick, none opened beyond loopback.
         init_method = f"file://{tmp}/rendezvous"
@@ -283,7 +285,7 @@ def report_ac(off: dict, on: dict, batch: int, smoke: bool) -> None:
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true", help=f"tiny sizes (hidden {','.join(map(str, SMOKE_HIDDEN))}) "
-                   "so CI can keep the script working; targets are not applicable")
+                   "and ranks forked from this process, so CI can keep the script working; targets are not applicable")
     p.add_argument("--hidden", type=lambda s: tuple(int(v) for v in s.split(",")), default=None,
                    help=f"hidden widths (default {','.join(map(str, HIDDEN))})")
     p.add_argument("--batch", type=int, default=None, help=f"samples of the sharding update (default {BATCH})")
@@ -305,14 +307,20 @@ def main() -> int:
     print(f"learner memory: {ENV} actor-critic, hidden {','.join(map(str, args.hidden))}, fp32, Learner over gloo on CPU, "
           f"1 thread per rank{' [smoke sizes]' if args.smoke else ''}", flush=True)
     start = time.perf_counter()
+    method = "spawn"  # fresh interpreters: the memory figures are of a rank's own process, and nothing else
+    if args.smoke:
+        # The figures are not the smoke's point: fork the ranks from this process, which has imported what they
+        # run, torch._dynamo included (a rank's first optimizer imports it: seconds, each rank, each run).
+        importlib.import_module("torch._dynamo")
+        method = "fork"
     try:
-        shard = {w: run_ranks(w, Job(args.hidden, args.batch, False, GATHERS), args.timeout) for w in (1, 2)}
+        shard = {w: run_ranks(w, Job(args.hidden, args.batch, False, GATHERS), args.timeout, method) for w in (1, 2)}
         report_model(shard, args.smoke)
         report_sharding(shard, args.batch, args.smoke)
         report_gather(shard)
         sys.stdout.flush()
-        off = run_ranks(1, Job(args.hidden, args.ac_batch, False, 0), args.timeout)[0]
-        on = run_ranks(1, Job(args.hidden, args.ac_batch, True, 0), args.timeout)[0]
+        off = run_ranks(1, Job(args.hidden, args.ac_batch, False, 0), args.timeout, method)[0]
+        on = run_ranks(1, Job(args.hidden, args.ac_batch, True, 0), args.timeout, method)[0]
         report_ac(off, on, args.ac_batch, args.smoke)
     except ChildFailed as e:
         print(f"learner_memory: {e}", file=sys.stderr)

@@ -22,7 +22,7 @@ plays uniformly random actions in the same env for the same number of episodes.
     python bench/multiagent.py --cases coop_nav --seeds 5
     python bench/multiagent.py --cases coop_nav,simple_spread --variants MAPPO,rMAPPO --seeds 3
     python bench/multiagent.py --cases coop_nav,simple_spread --variants MAPPO,QMIX,VDN --seeds 3
-    python bench/multiagent.py --smoke                          # CI: tiny budgets, 1 seed
+    python bench/multiagent.py --smoke                          # CI: tiny budgets, 1 seed, coop_nav and cartpole
     python bench/multiagent.py --cases coop_nav --variants MAPPO,IPPO --logdir runs/bench   # keep the runs (bench/plot.py)
 
 Each run goes through the Python API (`marl.train`), its printed lines into <logdir>/<run>.log.
@@ -156,7 +156,8 @@ def main() -> int:
     p.add_argument("--seeds", type=int, default=5, help="seeds 1..N per variant")
     p.add_argument("--budget", type=int, default=None, help="agent-steps per run (default: the config's total_steps)")
     p.add_argument("--eval-episodes", type=int, default=50, help="episodes per agent for each score")
-    p.add_argument("--smoke", action="store_true", help="tiny budgets and one seed: that every case runs, not its numbers")
+    p.add_argument("--smoke", action="store_true", help="tiny budgets, one seed, the cases and variants "
+                   "that no other test trains: that the bench runs, not its numbers")
     p.add_argument("--logdir", default="", help="keep the runs (TensorBoard logs, policies, printed lines) here "
                    "(default: a temporary directory, removed at the end)")
     args = p.parse_args()
@@ -165,13 +166,17 @@ def main() -> int:
     if unknown:
         p.error(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
     if args.smoke:
-        args.seeds, args.budget, args.eval_episodes = 1, 4_000, 3
+        args.seeds, args.budget, args.eval_episodes = 1, 2_000, 3  # one iteration of each case
         # The recurrent variants only add a flag to a case that runs anyway (tests/test_train_recurrent.py trains them),
         # and tests/test_train_off_policy.py trains QMIX and VDN on coop_nav.
         args.variants = args.variants or ",".join(v for _, _, vs in CASES.values() for v in vs
                                                   if not v.startswith(("rMAPPO", "QMIX", "VDN")))
-        # Likewise the continuous case is simple_spread's with flags (tests/test_train_continuous.py trains it).
-        cases = [c for c in cases if c != "simple_spread_continuous"] if args.cases == p.get_default("cases") else cases
+        # Likewise the continuous case is simple_spread's with flags (tests/test_train_continuous.py trains it); and
+        # simple_spread and speaker_listener take coop_nav's path through run_case, each with a preset that
+        # tests/test_train.py trains. That leaves coop_nav (its two variants reach every line of run_case) and
+        # cartpole_per_agent (run_cartpole).
+        smoke_cases = ("coop_nav", "cartpole_per_agent")
+        cases = [c for c in cases if c in smoke_cases] if args.cases == p.get_default("cases") else cases
     with tempfile.TemporaryDirectory() as scratch:
         logdir = args.logdir or scratch
         os.makedirs(logdir, exist_ok=True)

@@ -18,7 +18,7 @@ Learning cases (each `train.py --config <preset> --seed s`, seeds 1..N):
     python bench/off_policy.py --cases sac_pendulum --seeds 5 --parallel 2
     python bench/off_policy.py --cases sac_halfcheetah --seeds 1 --sb3-python ~/sb3/bin/python
     python bench/off_policy.py --speed                # agent-steps/s and updates/s against one process
-    python bench/off_policy.py --smoke                # CI: tiny budgets, 1 seed: that every case runs
+    python bench/off_policy.py --smoke                # CI: tiny budgets, short episodes, 1 seed: that every case runs
 
 `--parallel N` runs N seeds at once (then wall times are not comparable: compare those only from runs
 made one at a time). QMIX and VDN are bench/multiagent.py's variants, beside MAPPO.
@@ -59,12 +59,14 @@ def training_returns(run_dir: Path) -> list[float]:
     return [e.value for e in acc.Scalars("charts/episodic_return")]
 
 
-def run_marl(case: str, seed: int, budget: int, logdir: str, extra: tuple[str, ...] = ()) -> dict:
+def run_marl(case: str, seed: int, budget: int, logdir: str, extra: tuple[str, ...] = (), episodes: int = 0) -> dict:
     """One marl run: how it ended (result.json), its last 10 training episodes, and its final policy's
-    greedy evaluation (most likely actions) on seeds no training env had."""
+    greedy evaluation (most likely actions) on seeds no training env had, over `episodes` per agent
+    (default: the case's)."""
     from marl.evaluate import evaluate
 
-    flags, _, episodes = CASES[case]
+    flags, _, case_episodes = CASES[case]
+    episodes = episodes or case_episodes
     run_dir = Path(logdir) / f"{case}-{seed}"
     done = run_train([*flags, *extra, "--seed", str(seed), "--total-steps", str(budget), "--checkpoint-every", "0"], run_dir)
     greedy = evaluate(run_dir, episodes, seed=10_000, sample=False)[0]
@@ -93,10 +95,10 @@ def report(case: str, rows: list[dict]) -> None:
           f"{spread([r['last10'] for r in rows])}", flush=True)
 
 
-def halfcheetah(seeds: int, budget: int, logdir: str, sb3: str, extra: tuple[str, ...] = ()) -> None:
+def halfcheetah(seeds: int, budget: int, logdir: str, sb3: str, extra: tuple[str, ...] = (), episodes: int = 0) -> None:
     """marl's SAC and SB3's, one run after the other for each seed (same hour, nothing else running)."""
     for seed in range(1, seeds + 1):
-        ours = run_marl("sac_halfcheetah", seed, budget, logdir, extra)
+        ours = run_marl("sac_halfcheetah", seed, budget, logdir, extra, episodes)
         print(f"halfcheetah seed {seed} marl: last 10 episodes {ours['last10']:,.1f}, greedy {ours['greedy']:,.1f}, "
               f"wall {ours['wall']:,.0f} s", flush=True)
         if sb3:
@@ -114,7 +116,8 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=1)
     p.add_argument("--sb3-python", default="", help="sac_halfcheetah: the python of a venv with stable-baselines3")
     p.add_argument("--speed", action="store_true", help="DQN's and SAC's speed against a one-process loop (bench/off_policy_speed.py)")
-    p.add_argument("--smoke", action="store_true", help="tiny budgets and one seed: that every case runs, not its numbers")
+    p.add_argument("--smoke", action="store_true", help="tiny budgets, 50-step episodes, one seed, one evaluation "
+                   "episode: that every case runs, not its numbers")
     p.add_argument("--logdir", default="", help="keep the runs here (default: a temporary directory)")
     args = p.parse_args()
     if args.speed:
@@ -124,18 +127,21 @@ def main() -> int:
     if unknown:
         p.error(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
     extra: tuple[str, ...] = ()
+    episodes = 0  # greedy evaluation episodes per agent: the case's
     if args.smoke:
-        args.seeds, args.budget = 1, 1_000  # one HalfCheetah episode
-        extra = ("--hidden-sizes", "32,32", "--learning-starts", "900")
+        # Episodes cut at 50 steps, so that every agent finishes some in 512 agent-steps (Acrobot's are 500 steps
+        # long, HalfCheetah's 1,000), and one greedy evaluation episode each.
+        args.seeds, args.budget, episodes = 1, 500, 1
+        extra = ("--hidden-sizes", "32,32", "--learning-starts", "450", "--env-kwargs", '{"max_episode_steps": 50}')
     with tempfile.TemporaryDirectory() as scratch:
         logdir = args.logdir or scratch
         for case in cases:
             budget = args.budget or CASES[case][1]
             if case == "sac_halfcheetah":
-                halfcheetah(args.seeds, budget, logdir, args.sb3_python, extra)
+                halfcheetah(args.seeds, budget, logdir, args.sb3_python, extra, episodes)
                 continue
             with ThreadPoolExecutor(args.parallel) as pool:
-                rows = list(pool.map(lambda s: run_marl(case, s, budget, logdir, extra), range(1, args.seeds + 1)))
+                rows = list(pool.map(lambda s: run_marl(case, s, budget, logdir, extra, episodes), range(1, args.seeds + 1)))
             report(case, rows)
     return 0
 

@@ -10,6 +10,7 @@ gradient steps owed (as marl's sync mode does).
 
     python bench/off_policy_speed.py
     python bench/off_policy_speed.py --dqn-steps 30000 --sac-steps 3000
+    python bench/off_policy_speed.py --smoke        # CI: tiny budgets, one marl run each (DQN sync, SAC async)
 """
 
 from __future__ import annotations
@@ -220,14 +221,20 @@ def main() -> int:
     import torch
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dqn-steps", type=int, default=20_000)
-    p.add_argument("--sac-steps", type=int, default=2_000)
+    p.add_argument("--dqn-steps", type=int, default=None, help="default 20,000; 1,100 with --smoke (past the "
+                   "preset's 1,000 learning starts, so that both sides take gradient steps)")
+    p.add_argument("--sac-steps", type=int, default=None, help="default 2,000; 100 with --smoke")
+    p.add_argument("--smoke", action="store_true", help="CI: tiny budgets, and marl in one mode per algorithm (DQN "
+                   "sync, SAC async: each mode once, each train.py a process to start): that every part runs")
     args = p.parse_args()
+    dqn_steps = args.dqn_steps or (1_100 if args.smoke else 20_000)
+    sac_steps = args.sac_steps or (100 if args.smoke else 2_000)
+    modes = {"DQN": ("sync",), "SAC": ("async",)} if args.smoke else dict.fromkeys(("DQN", "SAC"), ("sync", "async"))
     torch.set_num_threads(1)
-    for name, config, steps, loop in (("DQN", "configs/cartpole_dqn.toml", args.dqn_steps, dqn_loop),
-                                      ("SAC", "configs/pendulum_sac.toml", args.sac_steps, sac_loop)):
+    for name, config, steps, loop in (("DQN", "configs/cartpole_dqn.toml", dqn_steps, dqn_loop),
+                                      ("SAC", "configs/pendulum_sac.toml", sac_steps, sac_loop)):
         base = loop(steps)
-        rows = {mode: marl_rate(config, steps, mode) for mode in ("sync", "async")}
+        rows = {mode: marl_rate(config, steps, mode) for mode in modes[name]}
         print(f"{name} ({config}, {steps:,} agent-steps):")
         print(f"  one-process loop (no RPC, no FSDP, 1 thread): {base[0]:>8,.0f} agent-steps/s {base[1]:>7,.1f} updates/s")
         for mode, (rate, ups) in rows.items():

@@ -12,7 +12,7 @@ Parts:
 
     python bench/recurrent.py                       # both parts, 5 seeds
     python bench/recurrent.py --parts speed
-    python bench/recurrent.py --smoke               # CI: a tiny budget, 1 seed, short timings
+    python bench/recurrent.py --smoke               # CI: a tiny budget, 1 seed, short timings of short rollouts
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ def speed(repeats: int, smoke: bool = False) -> None:
         rates = {}
         for core in CORES:
             cfg = dataclasses.replace(Config(**overrides), core=core)
+            if smoke:  # one sequence of --seq-len per env slot: the recurrent cores' update is the slow part
+                cfg = dataclasses.replace(cfg, num_steps=cfg.seq_len)
             info = describe(cfg.env, cfg.agents, cfg.env_kwargs)
             worker = RolloutWorker(cfg, info, 0)
             learner = Learner(cfg, info, dist.group.WORLD, torch.device("cpu"))
@@ -97,7 +99,8 @@ def main() -> int:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--budget", type=int, default=None, help="agent-steps per run (default: train.py's)")
     p.add_argument("--repeats", type=int, default=5, help="rollouts and updates timed per core")
-    p.add_argument("--smoke", action="store_true", help="one seed, a tiny budget, one repeat: that it runs, not its numbers")
+    p.add_argument("--smoke", action="store_true", help="one seed and a tiny budget; speed: the first "
+                   "case, one repeat, rollouts one --seq-len long: that it runs, not its numbers")
     args = p.parse_args()
     if args.smoke:
         args.seeds, args.budget, args.repeats = 1, 5_000, 1
