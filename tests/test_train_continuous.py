@@ -31,11 +31,9 @@ def test_the_pendulum_preset_saves_and_resumes_its_statistics(train):
     run = train.logdir / "pend"
     before = norm_count(run)
     assert before > 12_000  # every valid agent-step merged into the observation statistics
-    from torch.distributed.checkpoint import FileSystemReader
-
     ckpt = sorted((run / "checkpoints").iterdir())[-1]
-    keys = FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
-    assert {"reward_norm.shared.var", "model.policies.shared.obs_norm.stats.obs.mean"} <= keys.keys()
+    saved = torch.load(ckpt / "learner.pt", weights_only=True)  # one unsharded learner: its whole state in one file
+    assert "var" in saved["reward_norm.shared"] and "policies.shared.obs_norm.stats.obs.mean" in saved["model"]
     evaluates(train, run)
     r = train("--resume", str(run), "--total-steps", "16000")
     assert r.returncode == 0 and "resumed from" in r.stdout, r.stderr[-3000:]
