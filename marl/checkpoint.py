@@ -39,9 +39,11 @@ from marl.config import Config, to_toml
 class Stateful(Protocol):
     """What the checkpointer sees of a learner rank (torch.distributed.checkpoint's Stateful)."""
 
+    whole: bool  # unsharded: `save` may write it as one plain file, and `load` pass it one (whole=True)
+
     def state_dict(self) -> dict: ...
 
-    def load_state_dict(self, state: dict) -> None: ...
+    def load_state_dict(self, state: dict, whole: bool = False) -> None: ...
 
 
 class TrainState:
@@ -199,7 +201,7 @@ def save(state: Stateful, group: dist.ProcessGroup, run_dir: Path, iteration: in
     tmp = final.with_name(f".{final.name}.tmp")
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)  # the leftover of a crash while writing
-    if dist.get_world_size(group) == 1 and getattr(state, "whole", False):
+    if dist.get_world_size(group) == 1 and state.whole:
         tmp.mkdir(parents=True)
         torch.save(state.state_dict(), tmp / LEARNER_FILE)
     else:

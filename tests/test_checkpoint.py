@@ -246,7 +246,7 @@ cfg = dataclasses.replace(Config(), num_minibatches=2, update_epochs=2, seed=0, 
 learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"))
 group = LearnerGroup(learner)
 g = torch.Generator().manual_seed(1)
-group.update([{s.name: example_trajectory(s, 16, 4, g, 0, 0, False) for s in learner.specs}], global_step=0)
+group.update([{s.name: example_trajectory(s, 16, 4, g) for s in learner.specs}], global_step=0)
 path = group.save(3, {"iteration": 3, "global_step": 10, "version": 1, "recent": torch.tensor([1.0])})
 resumed = Learner(dataclasses.replace(cfg, seed=5, resume=str(path)), describe("CartPole-v1", 1), dist.group.WORLD,
                   torch.device("cpu"))

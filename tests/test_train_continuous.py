@@ -32,7 +32,9 @@ def test_the_pendulum_preset_saves_and_resumes_its_statistics(train):
     before = norm_count(run)
     assert before > 12_000  # every valid agent-step merged into the observation statistics
     ckpt = sorted((run / "checkpoints").iterdir())[-1]
-    saved = torch.load(ckpt / "learner.pt", weights_only=True)  # one unsharded learner: its whole state in one file
+    from marl.checkpoint import LEARNER_FILE
+
+    saved = torch.load(ckpt / LEARNER_FILE, weights_only=True)  # one unsharded learner: its whole state in one file
     assert "var" in saved["reward_norm.shared"] and "policies.shared.obs_norm.stats.obs.mean" in saved["model"]
     evaluates(train, run)
     r = train("--resume", str(run), "--total-steps", "16000")
