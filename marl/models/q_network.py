@@ -59,7 +59,8 @@ class QNetwork(nn.Module):
         if self.core is None:
             return self.q(self._encode(obs)).float()
         T, B = starts.shape
-        x = self._encode({k: v.flatten(0, 1) for k, v in obs.items()}).unflatten(0, (T, B))
+        x = self._encode({k: v.flatten(0, 1) for k, v in obs.items()})
+        x = x.reshape(T, B, x.shape[-1])  # not unflatten: ONNX's exporter folds its sizes into constants
         y, core = self.core(x, core, starts)
         return self.q(y).float(), core
 
