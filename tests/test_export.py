@@ -51,6 +51,22 @@ class TwoHeads(nn.Module):
         return self.pi(x), self.v(x).squeeze(-1)
 
 
+class Remembers(TwoHeads):
+    """A user's recurrent --model: time-major sequences, its state zeroed where `starts` says."""
+
+    def __init__(self, obs_space, action_space, num_outputs, hidden: int = 8):
+        super().__init__(obs_space, action_space, num_outputs, hidden)
+        self.cell, self.state_size = nn.GRUCell(hidden, hidden), hidden
+
+    def forward(self, obs, state, starts):
+        h, out = state, []
+        for t in range(obs.shape[0]):
+            h = self.cell(self.body(obs[t]), h * (~starts[t]).float().unsqueeze(-1))
+            out.append(h)
+        x = torch.stack(out)
+        return self.pi(x), self.v(x).sum(-1), h
+
+
 class GammaNet(TwoHeads):
     """A user's network with an op ONNX has no operator for (aten::lgamma at opset 17)."""
 
@@ -79,6 +95,8 @@ CASES = {
                                                                                   "core_size": 8}),
     "sac-actor": (spec([VEC], ActionSpec("tanh_gaussian", **BOX)), {**MLP, "actor": "sac"}),
     "custom-model": (spec([VEC], DISCRETE), {"model": "tests.test_export:TwoHeads", "model_kwargs": {"hidden": 8}}),
+    "custom-recurrent-model": (spec([VEC], ActionSpec("gaussian", **BOX)), {"model": "tests.test_export:Remembers",
+                                                                           "model_kwargs": {}}),
 }
 
 
