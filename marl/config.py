@@ -37,7 +37,7 @@ class Section:
     (the batch against the learner ranks, a --model against --core) is `validate`'s."""
 
     key: typing.ClassVar[str]  # its TOML table and runs/<run>/config.toml's
-    title: typing.ClassVar[str]  # its --help group and README heading
+    title: typing.ClassVar[str]  # its --help group and the flag reference's heading
 
     def check(self) -> None:
         for f in dataclasses.fields(self):  # the CLI checks choices, a TOML file does not
@@ -255,7 +255,7 @@ class SACSection(Section):
 @dataclass
 class OptimSection(Section):
     """Names as in CleanRL's ppo.py; IMPALA reads the shared ones (learning rate, gamma, coefficients).
-    The defaults solve CartPole-v1 with 8 agents in about 120k agent-steps (README, "Measured"): a
+    The defaults solve CartPole-v1 with 8 agents in about 120k agent-steps (docs/results/index.md): a
     higher learning rate than CleanRL's, annealed over the 500k budget, and no value clipping
     (returns reach ~100, which a 0.2 clip only slows down)."""
 
@@ -320,7 +320,7 @@ class ModelSection(Section):
     core: str = _f("none", "recurrent core of the built-in network, between the encoder and the MLPs: `none`, `gru` or `lstm` (memory, for partially observed tasks; the actor and the critic get one each)", choices=("none", "gru", "lstm"))
     core_size: int = _f(64, "units of the recurrent core (--core gru|lstm)")
     seq_len: int = _f(0, "steps per training sequence of a recurrent network, each replayed from the state its actor recorded at its start; 0 = the whole rollout")
-    model: str = _f("", "your own torch.nn.Module as module:Class instead of the built-in network (see README, \"Your own network\")")
+    model: str = _f("", "your own torch.nn.Module as module:Class instead of the built-in network (see docs/guides/spaces-and-networks.md, \"Your own network\")")
     model_kwargs: dict = _f({}, "keyword arguments for --model's constructor: JSON on the command line, a table in TOML", mapping=True)
     activation_checkpointing: bool = _f(False, "recompute each block's activations in backward instead of storing them (saves learner memory on big policies)")
     precision: str = _f("fp32", "learner compute precision (bf16 keeps fp32 master weights and fp32 gradient reduction)", choices=("fp32", "bf16"))
@@ -331,7 +331,7 @@ class ModelSection(Section):
         self._one_or_zero_for("seq_len", "the whole rollout")
         if self.model and self.core != "none":
             raise UsageError(f"--core {self.core} is the built-in network's; a --model is recurrent by its own "
-                             f"state_size (README, \"Your own network\"); drop --core or --model")
+                             f"state_size (docs/guides/spaces-and-networks.md, \"Your own network\"); drop --core or --model")
         if not self.hidden_sizes or min(self.hidden_sizes) < 1:
             raise UsageError(f"--hidden-sizes must be positive widths like 64,64, got {self.hidden_sizes}")
 
@@ -373,7 +373,7 @@ class RunSection(Section):
         return Path(self.logdir) / self.run_name
 
 
-# In the order of --help, the README's table and a saved config.toml. A new algorithm's own
+# In the order of --help, the docs' flag reference and a saved config.toml. A new algorithm's own
 # section (a Section subclass, as VTraceSection) joins by being named here.
 SECTIONS: tuple[type[Section], ...] = (EnvSection, PolicySection, ProcessSection, CollectionSection, BudgetSection,
                                        AlgorithmSection, VTraceSection, ReplaySection, DQNSection, MixerSection, SACSection, OptimSection, NormSection, ModelSection, RunSection)
@@ -708,17 +708,3 @@ def to_toml(cfg: Config) -> str:
             if v is not None and f.metadata.get("saved", True):
                 lines.append(f"{f.name} = {_toml_value(v)}")
     return "\n".join(lines) + "\n"
-
-
-def flag_table() -> str:
-    """README's table of flags, a table per section, rendered from the fields (a test holds the
-    README equal to it: `python -c "import marl.config as c; print(c.flag_table())"` regenerates it)."""
-    out = ["| flag | default | meaning |", "| --- | --- | --- |",
-           "| `--config` | | TOML file of `field = value` pairs or `[section]` tables, on top of the preset its `base` names |"]
-    for section in SECTIONS:
-        out.append(f"| **{section.title}** `[{section.key}]` | | |")
-        for f in dataclasses.fields(section):
-            default = _default_text(f)
-            cell = f"`{default}`" if default is not None else ""
-            out.append(f"| `{_flag(f.name)}` | {cell} | {f.metadata['help'].replace('|', chr(92) + '|')} |")
-    return "\n".join(out) + "\n"

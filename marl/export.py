@@ -10,7 +10,7 @@ Each policy of the run's `policy.pt` becomes one graph of plain tensors (`Acting
              tanh squash or Beta scaling applied, Box actions clipped to the bounds, index offsets
              added back, in the env's shape); "params": what marl's distribution is built from
              (logits, illegal ones at the lowest float; a Gaussian's mean then log-std; a Q-network's
-             Q-values then epsilon); "state": a recurrent network's state after the step.
+             Q-values then epsilon); "state_out": a recurrent network's state after the step.
 
 The observation normaliser (`--norm-obs`) is inside the graph. ONNX goes through torch's
 TorchScript-based exporter (opset 17), which writes GRU and LSTM as ONNX's own operators;

@@ -86,10 +86,10 @@ def test_atari_trains_with_the_nature_cnn_on_uint8_frames(train):
 
 
 def readme_example(recurrent: bool = False) -> str:
-    """The README's custom network example (or its recurrent one), as code."""
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text[text.index("### Your own network"):], re.S)
-    assert len(blocks) >= 2, "README has no custom network examples"
+    """The docs' custom network example (or its recurrent one), as code."""
+    text = (ROOT / "docs" / "guides" / "spaces-and-networks.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text[text.index("## Your own network"):], re.S)
+    assert len(blocks) >= 2, "docs/guides/spaces-and-networks.md has no custom network examples"
     return blocks[1 if recurrent else 0]
 
 
