@@ -16,8 +16,9 @@ from envs.info import EnvError, EnvInfo
 from envs.pettingzoo_backend import (PETTINGZOO_PREFIX, PettingZooParallel, PettingZooTurnBased, pettingzoo_factory,
                                      pettingzoo_module)
 from envs.protocol import AgentBatch, Backend, check_split
+from envs.vmas_backend import Vmas
 
-BACKENDS: tuple[Backend, ...] = (PettingZooParallel(), PettingZooTurnBased(), Gymnasium())
+BACKENDS: tuple[Backend, ...] = (PettingZooParallel(), PettingZooTurnBased(), Vmas(), Gymnasium())
 
 __all__ = ["BACKENDS", "PETTINGZOO_PREFIX", "REGISTER_ON_IMPORT", "EnvError", "EnvInfo", "backend", "check_groups", "decides_agents", "describe",
            "make_agent_batch", "make_env", "pettingzoo_factory", "pettingzoo_module", "resolve"]

@@ -13,6 +13,7 @@ start to its done flag, are the episode returns the env itself counts.
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 
 import gymnasium as gym
@@ -46,8 +47,13 @@ CASES = [
     ("pettingzoo:pettingzoo.classic.connect_four_v3", None, {}, [[0, 1]]),
 ]
 MINIGRID = [("MiniGrid-Empty-5x5-v0", 2, {"max_steps": 8}, [[0, 1]])]
+# VMAS: one batched env of COPIES copies; Box and Discrete actions, truncation at max_steps, and balance's
+# termination (the package falls) before it.
+VMAS = [("vmas:navigation", None, {"n_agents": 3, "max_steps": 7}, [[0, 2], [1]]),
+        ("vmas:balance", None, {"n_agents": 2, "max_steps": 40, "continuous_actions": False}, [[0, 1]])]
 TRUNCATES = {"CartPole-v1", "FrozenLake-v1", "Pendulum-v1", "pettingzoo:tests.pz_envs", "pettingzoo:envs.coop_nav",
-             "pettingzoo:mpe2.simple_speaker_listener_v4", "pettingzoo:pettingzoo.classic.rps_v2", "MiniGrid-Empty-5x5-v0"}
+             "pettingzoo:mpe2.simple_speaker_listener_v4", "pettingzoo:pettingzoo.classic.rps_v2", "MiniGrid-Empty-5x5-v0",
+             "vmas:navigation", "vmas:balance"}
 COPIES, STEPS, SEED = 3, 60, 5
 
 
@@ -153,6 +159,65 @@ class ParallelReference:
             env.close()
 
 
+class VmasReference:
+    """The raw VMAS env of COPIES copies, seeded as the batch and stepped with the same actions, reset by
+    hand as the protocol says: the step after a copy's episode ended resets it (`reset_at`), and that
+    step's outcome for the copy is the reset's observation, reward 0 and no flags. VMAS keeps one set of
+    generators per process, shared by its envs (`Environment.vmas_random_state`): the reference swaps in
+    a set of its own, so that the batch beside it draws what it would draw alone."""
+
+    def __init__(self, info):
+        import vmas
+
+        from envs.vmas_backend import MAX_STEPS, VMAS_PREFIX
+
+        self.env = vmas.make_env(info.env_id[len(VMAS_PREFIX):], num_envs=COPIES, terminated_truncated=True,
+                                 **{"max_steps": MAX_STEPS, **info.kwargs})
+        self.n, self.specs = len(info.agent_ids), info.specs
+        self.pending = np.zeros(COPIES, bool)
+        self.returns, self.episodes, self.states = np.zeros((COPIES, self.n)), defaultdict(list), None
+        self.rng = list(self.env.vmas_random_state)
+
+    @contextlib.contextmanager
+    def _own_rng(self):
+        shared = self.env.vmas_random_state  # the list VMAS's methods read and write in place
+        theirs, shared[:] = list(shared), self.rng
+        try:
+            yield
+        finally:
+            self.rng, shared[:] = list(shared), theirs
+
+    def _obs(self, obs):
+        return [{leaf.name: leaf_array(leaf, o.numpy(), (COPIES,)) for leaf in s.obs} for o, s in zip(obs, self.specs)]
+
+    def reset(self, seed):
+        with self._own_rng():
+            return self._obs(self.env.reset(seed=seed)), np.ones((COPIES, self.n), bool)
+
+    def step(self, actions):
+        acts = [torch.from_numpy(env_action(s.action, a, (COPIES,))) for s, a in zip(self.specs, actions)]
+        with self._own_rng():
+            obs, rews, te, tr, _ = self.env.step(acts)
+            obs = [o.clone() for o in obs]
+            for c in np.flatnonzero(self.pending):
+                fresh = self.env.reset_at(int(c))
+                for j in range(self.n):
+                    obs[j][c] = fresh[j][c]
+        rew = np.stack([r.numpy() for r in rews], axis=1).astype(np.float32)
+        te = np.repeat(te.numpy()[:, None], self.n, axis=1)
+        tr = np.repeat(tr.numpy()[:, None], self.n, axis=1) & ~te
+        rew[self.pending], te[self.pending], tr[self.pending] = 0.0, False, False
+        self.returns += rew
+        for c, j in zip(*np.nonzero(te | tr)):
+            self.episodes[c, j].append(self.returns[c, j])
+            self.returns[c, j] = 0.0
+        self.pending = (te | tr).any(axis=1)
+        return self._obs(obs), np.ones((COPIES, self.n), bool), rew, te, tr, ~(te | tr)
+
+    def close(self):
+        pass
+
+
 def _aec_episodes(info, moves: list[list[tuple[int, np.ndarray]]]):
     """Each copy's raw AEC game played PettingZoo's own way (agent_iter / last()) with the moves the batch
     made, in order: -> ({(copy, agent index): [episode return]}, the agents that moved, per copy)."""
@@ -214,16 +279,19 @@ def _sample(specs, masks, gen):
     return actions
 
 
-@pytest.mark.parametrize("env_id, agents, kwargs, groups", CASES + MINIGRID,
-                         ids=[f"{c[0]}-{len(c[3])}groups" for c in CASES + MINIGRID])
+@pytest.mark.parametrize("env_id, agents, kwargs, groups", CASES + MINIGRID + VMAS,
+                         ids=[f"{c[0]}-{len(c[3])}groups" for c in CASES + MINIGRID + VMAS])
 def test_every_backend_speaks_the_grouped_array_protocol(env_id, agents, kwargs, groups):
     if env_id.startswith("MiniGrid"):
         pytest.importorskip("minigrid")
+    if env_id.startswith("vmas:"):
+        pytest.importorskip("vmas")
     info = describe(env_id, agents, kwargs)
     n = len(info.agent_ids)
     specs = [(info.specs[g[0]], len(g)) for g in groups]
     env = make_agent_batch(info, COPIES, groups)
-    ref = None if info.turn_based else ParallelReference(info) if info.own_agents else GymReference(info)
+    ref = None if info.turn_based else VmasReference(info) if env_id.startswith("vmas:") else \
+        ParallelReference(info) if info.own_agents else GymReference(info)
     gen = torch.Generator().manual_seed(0)
 
     obs = env.reset(seed=SEED)

@@ -27,8 +27,10 @@ from tests.conftest import ROOT, kill_all, processes_with_token
     (["bench/selfplay.py", "--smoke"], "tictactoe self seed 1: "),
     (["bench/off_policy.py", "--smoke", "--cases", "dqn_cartpole,sac_halfcheetah"], "halfcheetah seed 1 marl: "),
     (["bench/off_policy_speed.py", "--smoke"], "SAC (configs/pendulum_sac.toml"),
+    (["bench/vmas_speed.py", "--envs-per-actor", "8", "--requests", "2", "--num-steps", "20", "--one-process-seconds",
+      "0.5"], "ratio marl / one process"),
 ], ids=["collect", "train", "startup", "learner_memory", "fault_soak", "multiagent", "algorithms",
-        "recurrent", "continuous", "selfplay", "off_policy", "off_policy_speed"])
+        "recurrent", "continuous", "selfplay", "off_policy", "off_policy_speed", "vmas_speed"])
 def test_bench_runs(cmd, expect, tmp_path):
     token = f"bench-{os.getpid()}-{cmd[0]}"
     env = {**os.environ, "MARL_TEST_TOKEN": token}

@@ -1,0 +1,179 @@
+"""`vmas:<scenario>`: VMAS (Bettini et al. 2022), a PyTorch simulator that steps all its copies as
+one batch of tensors (`pip install -e '.[vmas]'`).
+
+One `VmasBatch` is one VMAS env of `copies` copies: a step is one `env.step` over every copy, with
+the actions of every agent slot as one tensor per agent, no loop over copies. It speaks the grouped
+array protocol of `envs.batched` (see its module doc) with these specifics:
+
+- Agents are the scenario's (`--env-kwargs '{"n_agents": 4}'` where it takes that kwarg); every
+  agent of a copy ends its episode together (VMAS's done is per copy).
+- Episodes end when the scenario says so (terminated) or after `max_steps` steps (truncated; default
+  `MAX_STEPS`, BenchMARL's horizon for navigation, balance, sampling and transport).
+- NEXT_STEP autoreset: the step after a copy's episode ended resets that copy (`reset_at`): its
+  actions are ignored, its rewards are 0 and its flags False, and it returns the new episode's first
+  observation. VMAS steps every copy at once, so a resetting copy is stepped too and then reset; only
+  its reset is seen.
+- Observations and rewards are VMAS's tensors, handed on as NumPy views of the same memory on the CPU
+  (no copy); actions go back the same way. `continuous_actions` (default True) chooses Box or Discrete
+  actions, as VMAS's `make_env` does.
+- Seeding: reset(seed=s) seeds VMAS's generators, which VMAS keeps apart from torch's, NumPy's and
+  Python's global ones (one set per process, shared by its VMAS envs).
+- state(): VMAS has no global state: every agent's observation in agent order, then an alive mask
+  (all 1.0: no agent leaves a VMAS episode early), the fallback of `envs.pettingzoo_batch`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from envs.info import EnvError, EnvInfo, one_line, spec_of
+from envs.protocol import check_split
+from envs.spaces import AgentSpec, env_action, leaf_array
+
+VMAS_PREFIX = "vmas:"
+MAX_STEPS = 100
+_INSTALL_HINT = "VMAS envs need vmas: pip install -e '.[vmas]'"
+
+
+def _vmas():
+    try:
+        import vmas
+    except ImportError as e:
+        raise EnvError(f"{_INSTALL_HINT} ({one_line(e)})") from None
+    return vmas
+
+
+def gymnasium_space(space) -> gym.Space:
+    """VMAS's spaces are the old `gym` package's; marl reads Gymnasium's."""
+    kind = type(space).__name__
+    if kind == "Box":
+        return gym.spaces.Box(np.asarray(space.low), np.asarray(space.high), space.shape, space.dtype)
+    if kind == "Discrete":
+        return gym.spaces.Discrete(int(space.n))
+    if kind == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(np.asarray(space.nvec))
+    if kind == "Dict":
+        return gym.spaces.Dict({k: gymnasium_space(v) for k, v in space.spaces.items()})
+    raise EnvError(f"VMAS space {space} has no Gymnasium counterpart marl reads")
+
+
+def make_vmas(env_id: str, copies: int, env_kwargs: dict[str, Any], seed: int | None = None):
+    """The VMAS env of `copies` copies, every way it can fail as one EnvError line."""
+    vmas = _vmas()
+    scenario = env_id[len(VMAS_PREFIX):]
+    if scenario not in vmas.scenarios:
+        raise EnvError(f"env id {env_id!r}: VMAS has no scenario {scenario!r}; it has {', '.join(vmas.scenarios)}")
+    # VMAS renders rgb_array frames whatever it is built with; a scenario would take render_mode for its own kwarg.
+    kwargs = {"max_steps": MAX_STEPS, **{k: v for k, v in env_kwargs.items() if k != "render_mode"}}
+    try:
+        return vmas.make_env(scenario, num_envs=copies, device="cpu", seed=seed, terminated_truncated=True,
+                             dict_spaces=False, **kwargs)
+    except Exception as e:  # noqa: BLE001 - a scenario rejects a kwarg its own way
+        raise EnvError(f"env id {env_id!r}: vmas.make_env(**{env_kwargs!r}) failed ({type(e).__name__}: {one_line(e)}); "
+                       f"fix --env-kwargs") from None
+
+
+class Vmas:
+    """`vmas:<scenario>`: the scenario's agents, every copy one slot of one batched VMAS env."""
+
+    prefix = VMAS_PREFIX
+    own_agents = True
+
+    def claims(self, env_id: str) -> bool:
+        return True
+
+    def describe(self, env_id: str, agents: int | None, env_kwargs: dict[str, Any], obs_keys: tuple[str, ...],
+                 wrappers: tuple[str, ...]) -> EnvInfo:
+        if wrappers:
+            raise EnvError(f"--wrappers wraps Gymnasium envs; {env_id} is a VMAS env")
+        env = make_vmas(env_id, 1, env_kwargs, seed=0)
+        ids = tuple(a.name for a in env.agents)
+        if agents is not None and agents != len(ids):
+            raise EnvError(f"env id {env_id!r} has {len(ids)} agents, not {agents}: pass --agents {len(ids)}, or set "
+                           f"the scenario's agent count via --env-kwargs (e.g. '{{\"n_agents\": {agents}}}')")
+        specs = tuple(spec_of(f"{env_id} agent {a!r}", gymnasium_space(o), gymnasium_space(s), obs_keys, None)
+                      for a, o, s in zip(ids, env.observation_space, env.action_space))
+        return EnvInfo(env_id=env_id, agent_ids=ids, specs=specs, reward_threshold=None,
+                       state_dim=sum(s.stored_width for s in specs) + len(ids), has_state=False,
+                       env_kwargs=tuple(sorted(env_kwargs.items())), own_agents=True, renders=True,
+                       dropped=tuple(sorted({k for s in specs for k in s.dropped})))
+
+    def make_env(self, env_id: str, agents: int | None, **kwargs):
+        raise EnvError(f"{env_id} is a batched VMAS env: step it with envs.make_agent_batch (one env of N copies)")
+
+    def make_batch(self, info: EnvInfo, copies: int, groups: list[list[int]]) -> VmasBatch:
+        return VmasBatch(info, copies, groups)
+
+
+class VmasBatch:
+    """`copies` copies of a VMAS scenario as one VMAS env, in the grouped arrays of `envs.batched`."""
+
+    def __init__(self, info: EnvInfo, copies: int, groups: list[list[int]]):
+        import torch
+
+        self.torch = torch
+        self.copies, self.info = copies, info
+        self.env = make_vmas(info.env_id, copies, info.kwargs)
+        self.groups = [list(g) for g in groups]
+        check_split(self.groups, info.agent_ids)
+        self.specs: tuple[AgentSpec, ...] = info.specs
+        self.masks = [None] * len(self.groups)
+        self.state_dim = info.state_dim
+        self._resetting = torch.zeros(copies, dtype=torch.bool)  # the copy's next step is a reset step
+        self._obs: list = []
+        self.rendered_episode_over = False
+
+    def _pack(self, obs: list) -> list[dict[str, np.ndarray]]:
+        """VMAS's per-agent tensors [copies, ...] -> per group {leaf: (copies, n_g, ...)}."""
+        self._obs = obs
+        out = []
+        for g in self.groups:
+            spec = self.specs[g[0]]
+            out.append({leaf.name: np.stack([leaf_array(leaf, obs[j].numpy(), (self.copies,)) for j in g], axis=1)
+                        for leaf in spec.obs})
+        return out
+
+    def _per_group(self, x: np.ndarray) -> list[np.ndarray]:
+        """(copies, agents) -> per group (copies, n_g)."""
+        return [x[:, g] for g in self.groups]
+
+    def reset(self, seed: int | None) -> list[dict[str, np.ndarray]]:
+        obs = self.env.reset(seed=seed)
+        self._resetting[:] = False
+        self.active = [np.ones((self.copies, len(g)), dtype=bool) for g in self.groups]
+        return self._pack(obs)
+
+    def step(self, actions: list[np.ndarray]):
+        torch = self.torch
+        n = len(self.info.agent_ids)
+        per_agent: list = [None] * n
+        for g, a in zip(self.groups, actions):
+            for k, j in enumerate(g):
+                per_agent[j] = torch.from_numpy(np.ascontiguousarray(env_action(self.specs[j].action, a[:, k], (self.copies,))))
+        obs, rewards, terminated, truncated, _ = self.env.step(per_agent)
+        resetting = self._resetting.clone()
+        for c in resetting.nonzero().flatten().tolist():
+            obs = self.env.reset_at(c)  # every copy's observations, this copy's its new episode's first
+        keep = ~resetting
+        rew = torch.stack([r.float() for r in rewards], dim=1) * keep.unsqueeze(1)
+        term, trunc = terminated & keep, truncated & keep & ~terminated
+        self._resetting = term | trunc
+        self.rendered_episode_over = bool(self._resetting[0])
+        flags = [np.broadcast_to(f.numpy()[:, None], (self.copies, n)) for f in (term, trunc)]
+        active = np.broadcast_to((~self._resetting).numpy()[:, None], (self.copies, n))
+        self.active = [np.ascontiguousarray(x) for x in self._per_group(active)]
+        return (self._pack(obs), self._per_group(rew.numpy()), *[self._per_group(f) for f in flags], self.active)
+
+    def state(self) -> np.ndarray:
+        """(copies, state_dim) float32: every agent's current observation in agent order, then the alive mask."""
+        flat = [o.reshape(self.copies, -1).float().numpy() for o in self._obs]
+        return np.concatenate([*flat, np.ones((self.copies, len(self._obs)), np.float32)], axis=1)
+
+    def render(self) -> np.ndarray:
+        return self.env.render(mode="rgb_array", env_index=0, visualize_when_rgb=False)
+
+    def close(self) -> None:
+        pass
