@@ -13,8 +13,9 @@ array protocol of `envs.batched` (see its module doc) with these specifics:
   actions are ignored, its rewards are 0 and its flags False, and it returns the new episode's first
   observation. VMAS steps every copy at once, so a resetting copy is stepped too and then reset; only
   its reset is seen.
-- Observations and rewards are VMAS's tensors, handed on as NumPy views of the same memory on the CPU
-  (no copy); actions go back the same way. `continuous_actions` (default True) chooses Box or Discrete
+- Observations and rewards are VMAS's tensors, read as NumPy views of the same memory on the CPU and
+  packed per policy with one stack over its agents (one copy, as every backend's packing); actions go
+  back as tensors over the same memory as the actor's arrays. `continuous_actions` (default True) chooses Box or Discrete
   actions, as VMAS's `make_env` does.
 - Seeding: reset(seed=s) seeds VMAS's generators, which VMAS keeps apart from torch's, NumPy's and
   Python's global ones (one set per process, shared by its VMAS envs).
