@@ -53,10 +53,13 @@ def roofline(cfg: Config, seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def measure_actors(requests: int, result: dict):
+def measure_actors(requests: int, result: dict, weights: dict | None = None):
+    """rank 0's main for marl.launch: `requests` timed collections per actor with `weights` (default: a
+    fresh network's), their agent-steps/s and the actors' busy time into `result`."""
     def rank0_main(cfg: Config, info, learner_group, device, control) -> int:
         pool = ActorPool(cfg, info)
-        weights = build_model(specs_of(cfg, info), network_of(cfg)).state_dict()
+        nonlocal weights
+        weights = weights if weights is not None else build_model(specs_of(cfg, info), network_of(cfg)).state_dict()
         for _ in range(2):  # warm-up: actor construction, first weights
             pool.collect(0, weights)
         steps, start = 0, time.perf_counter()

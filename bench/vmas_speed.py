@@ -1,11 +1,14 @@
 """VMAS collection: marl's actors against one process stepping the same batched env with the same policy,
 measured in the same run (`pip install -e '.[vmas]'`).
 
-The one-process loop is VMAS's own env of all the copies, the built-in network's forward over every
-agent slot of a policy at once, sampling, and VMAS's step, with finished copies reset as marl's
-backend resets them (`reset_at`): no RPC, no other process, one thread. marl's number is agent-steps
-per second of real transitions that reach the coordinator: real actor processes over RPC, each owning
-one VMAS env of --envs-per-actor copies, trajectories as tensors, no learning.
+The one-process loop is VMAS's own env of all the copies, the same network with the same weights
+acting for every agent slot of a policy in one forward, sampling, and VMAS's step, with finished
+copies reset as marl's backend resets them (`envs.vmas_backend.reset_copies`): no RPC, no other
+process, one thread. Both sides count real transitions only (not a reset step's). marl's number is
+agent-steps per second of those that reach the coordinator: real actor processes over RPC, each
+owning one VMAS env of --envs-per-actor copies, trajectories as tensors, no learning. With --actors A
+the one process steps the A x --envs-per-actor copies as one env (VMAS's own way to scale on a core).
+Scenarios with a plain Box observation (VMAS's default).
 
     python bench/vmas_speed.py                                   # navigation, 1 actor x 1,024 copies
     python bench/vmas_speed.py --scenario balance --envs-per-actor 4096 --requests 5
@@ -27,7 +30,7 @@ import torch  # noqa: E402
 from collect_throughput import measure_actors  # noqa: E402 - bench/collect_throughput.py
 from envs import describe  # noqa: E402
 from envs.spaces import env_action  # noqa: E402
-from envs.vmas_backend import make_vmas  # noqa: E402
+from envs.vmas_backend import make_vmas, reset_copies  # noqa: E402
 from marl import distributions  # noqa: E402
 from marl.config import Config, validate  # noqa: E402
 from marl.launch import launch  # noqa: E402
@@ -35,13 +38,14 @@ from marl.models import build_model, network_of  # noqa: E402
 from marl.policies import specs_of  # noqa: E402
 
 
-def one_process(cfg: Config, info, seconds: float) -> float:
+def one_process(cfg: Config, info, weights: dict, seconds: float) -> float:
     """Agent-steps/s of one process stepping all the run's copies as one VMAS env with the run's policy."""
     torch.set_num_threads(1)
     copies = cfg.actors * cfg.envs_per_actor
     env = make_vmas(cfg.env, copies, dict(cfg.env_kwargs), seed=0)
     specs = specs_of(cfg, info)
     model = build_model(specs, network_of(cfg))
+    model.load_state_dict(weights)
     generator = torch.Generator().manual_seed(0)
     obs = env.reset(seed=0)
     n = len(info.agent_ids)
@@ -58,10 +62,10 @@ def one_process(cfg: Config, info, seconds: float) -> float:
                 for k, j in enumerate(spec.agents):
                     actions[j] = torch.from_numpy(env_action(spec.action, a[:, k].numpy(), (copies,)))
             obs, _, terminated, truncated, _ = env.step(actions)
-            for c in done.nonzero().flatten().tolist():
-                obs = env.reset_at(c)
-            done = terminated | truncated
-            steps += copies * n
+            steps += int((~done).sum()) * n  # a resetting copy's step is no transition
+            if bool(done.any()):
+                obs = reset_copies(env, done)
+            done = (terminated | truncated) & ~done
     return steps / (time.perf_counter() - start)
 
 
@@ -80,9 +84,10 @@ def main() -> int:
                                        num_steps=args.num_steps, run_name="bench"), gpus=0)
     info = describe(cfg.env, None, dict(cfg.env_kwargs))
     cfg = dataclasses.replace(cfg, agents=len(info.agent_ids))
-    alone = one_process(cfg, info, args.one_process_seconds)
+    weights = build_model(specs_of(cfg, info), network_of(cfg)).state_dict()
+    alone = one_process(cfg, info, weights, args.one_process_seconds)
     result: dict = {}
-    code = launch(cfg, info, rank0_main=measure_actors(args.requests, result))
+    code = launch(cfg, info, rank0_main=measure_actors(args.requests, result, weights))
     if code != 0 or "rate" not in result:
         print("vmas_speed: the actor run failed", file=sys.stderr)
         return 1

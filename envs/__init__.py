@@ -6,7 +6,8 @@ tests; `make_agent_batch(info, copies, groups)` gives the grouped array form the
 Each kind of id is a backend (envs.registry.BACKENDS, envs.protocol.Backend): any Gymnasium id (or
 `module:EnvId`) x N independent agents (envs.gymnasium_backend), or `pettingzoo:<module>.<env>` for a
 PettingZoo Parallel env or AEC game (envs.pettingzoo_backend; `pip install -e '.[pettingzoo]'` for
-pettingzoo and mpe2). First-party ids: `envs:CartPoleNoVel-v1` (envs/partially_observed.py),
+pettingzoo and mpe2), or `vmas:<scenario>` for VMAS's batched scenarios (envs.vmas_backend, `.[vmas]`;
+batches only: `make_env` refuses them). First-party ids: `envs:CartPoleNoVel-v1` (envs/partially_observed.py),
 `envs.targets:MatchDigits-v0`.
 """
 

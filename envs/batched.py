@@ -1,6 +1,6 @@
 """The grouped array form the actors step, for a single-agent Gymnasium id x N agents x M copies.
 
-Every batch (this one and `envs.pettingzoo_batch.PettingZooBatch`) speaks the same protocol
+Every batch (this one, `envs.pettingzoo_batch.PettingZooBatch` and `envs.vmas_backend.VmasBatch`) speaks the same protocol
 (typed as `envs.protocol.AgentBatch`; tests/test_backends.py checks each backend's against its raw env).
 Agents are split into groups (indices in agent order; one group per policy; a group's agents
 share one AgentSpec), and every array comes as a list with one entry per group:

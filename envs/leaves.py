@@ -101,6 +101,11 @@ class LeafKind:
         return x.reshape((*lead, *leaf.shape)).astype(np.dtype(leaf.dtype), copy=False)
 
     @classmethod
+    def read_tensor(cls, leaf: Leaf, x: torch.Tensor) -> torch.Tensor:
+        """`read` of a batch [B, ...] in torch: what an exported policy's graph does with the env's values."""
+        return x.reshape(x.shape[0], *leaf.shape).to(getattr(torch, leaf.dtype))
+
+    @classmethod
     def width(cls, leaf: Leaf) -> int:
         return int(np.prod(leaf.shape, dtype=np.int64))
 
@@ -200,6 +205,11 @@ class Index(LeafKind):
     def read(cls, leaf: Leaf, x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
         x = x.reshape((*lead, *leaf.shape)).astype(np.int64, copy=False)
         return x - np.asarray(leaf.start).reshape(leaf.shape) if any(leaf.start) else x
+
+    @classmethod
+    def read_tensor(cls, leaf: Leaf, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(x.shape[0], *leaf.shape).long()
+        return x - torch.tensor(leaf.start).reshape(leaf.shape) if any(leaf.start) else x
 
     @classmethod
     def width(cls, leaf: Leaf) -> int:

@@ -96,6 +96,16 @@ class ActionSpace:
         return x.reshape((*lead, *spec.env_shape))
 
     @classmethod
+    def to_env_tensor(cls, spec: ActionSpec, x):
+        """`to_env` of a batch [B, *shape] in torch: what an exported policy's graph acts with."""
+        import torch
+
+        x = x.long()
+        if any(spec.start):
+            x = x + torch.tensor(spec.start).reshape(spec.shape)
+        return x.reshape(-1, *spec.env_shape)
+
+    @classmethod
     def model_space(cls, spec: ActionSpec) -> gym.Space:
         """The space a user's `--model` is shown."""
         raise NotImplementedError
@@ -139,6 +149,12 @@ class MultiBinaryActions(ActionSpace):
         return x.reshape((*lead, *spec.env_shape)).astype(np.int8, copy=False)
 
     @classmethod
+    def to_env_tensor(cls, spec: ActionSpec, x):
+        import torch
+
+        return x.reshape(-1, *spec.env_shape).to(torch.int8)
+
+    @classmethod
     def model_space(cls, spec: ActionSpec) -> gym.Space:
         return gym.spaces.MultiBinary(list(spec.env_shape))
 
@@ -156,6 +172,14 @@ class BoxActions(ActionSpace):
         # Clipped: a Gaussian is unbounded; a squashed or Beta action is inside the bounds already.
         x = np.clip(x.reshape(*lead, -1), np.asarray(spec.low, np.float32), np.asarray(spec.high, np.float32))
         return x.reshape((*lead, *spec.env_shape)).astype(np.float32, copy=False)
+
+    @classmethod
+    def to_env_tensor(cls, spec: ActionSpec, x):
+        import torch
+
+        x = x.reshape(x.shape[0], -1).float()
+        x = torch.minimum(torch.maximum(x, torch.tensor(spec.low)), torch.tensor(spec.high))
+        return x.reshape(-1, *spec.env_shape)
 
     @classmethod
     def model_space(cls, spec: ActionSpec) -> gym.Space:

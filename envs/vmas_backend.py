@@ -12,10 +12,10 @@ array protocol of `envs.batched` (see its module doc) with these specifics:
 - NEXT_STEP autoreset: the step after a copy's episode ended resets that copy (`reset_at`): its
   actions are ignored, its rewards are 0 and its flags False, and it returns the new episode's first
   observation. VMAS steps every copy at once, so a resetting copy is stepped too and then reset; only
-  its reset is seen.
+  its reset is seen. Copies that end together reset in one batched call (`reset_copies`).
 - Observations and rewards are VMAS's tensors, read as NumPy views of the same memory on the CPU and
-  packed per policy with one stack over its agents (one copy, as every backend's packing); actions go
-  back as tensors over the same memory as the actor's arrays. `continuous_actions` (default True) chooses Box or Discrete
+  packed per policy with one stack over its agents (one copy, as every backend's packing); each agent's
+  actions go to VMAS as one tensor of all copies. `continuous_actions` (default True) chooses Box or Discrete
   actions, as VMAS's `make_env` does.
 - Seeding: reset(seed=s) seeds VMAS's generators, which VMAS keeps apart from torch's, NumPy's and
   Python's global ones (one set per process, shared by its VMAS envs).
@@ -77,6 +77,17 @@ def make_vmas(env_id: str, copies: int, env_kwargs: dict[str, Any], seed: int | 
                        f"fix --env-kwargs") from None
 
 
+def reset_copies(env, which):
+    """Reset the copies `which` ([copies] bool) of a VMAS env -> every copy's observations. Where all
+    of them end together (a common horizon), one batched reset; else each copy's own `reset_at`, with
+    the observations read once after (`reset_at` would compute every copy's each time)."""
+    if bool(which.all()):
+        return env.reset()
+    for c in which.nonzero().flatten().tolist():
+        env.reset_at(c, return_observations=False)
+    return env.get_from_scenario(get_observations=True, get_rewards=False, get_infos=False, get_dones=False)[0]
+
+
 class Vmas:
     """`vmas:<scenario>`: the scenario's agents, every copy one slot of one batched VMAS env."""
 
@@ -90,7 +101,7 @@ class Vmas:
                  wrappers: tuple[str, ...]) -> EnvInfo:
         if wrappers:
             raise EnvError(f"--wrappers wraps Gymnasium envs; {env_id} is a VMAS env")
-        env = make_vmas(env_id, 1, env_kwargs, seed=0)
+        env = make_vmas(env_id, 1, env_kwargs)
         ids = tuple(a.name for a in env.agents)
         if agents is not None and agents != len(ids):
             raise EnvError(f"env id {env_id!r} has {len(ids)} agents, not {agents}: pass --agents {len(ids)}, or set "
@@ -124,18 +135,17 @@ class VmasBatch:
         self.masks = [None] * len(self.groups)
         self.state_dim = info.state_dim
         self._resetting = torch.zeros(copies, dtype=torch.bool)  # the copy's next step is a reset step
-        self._obs: list = []
+        self._flat: list[np.ndarray] = []  # each agent's current observation, its leaves flat (state())
         self.rendered_episode_over = False
 
     def _pack(self, obs: list) -> list[dict[str, np.ndarray]]:
-        """VMAS's per-agent tensors [copies, ...] -> per group {leaf: (copies, n_g, ...)}."""
-        self._obs = obs
-        out = []
-        for g in self.groups:
-            spec = self.specs[g[0]]
-            out.append({leaf.name: np.stack([leaf_array(leaf, obs[j].numpy(), (self.copies,)) for j in g], axis=1)
-                        for leaf in spec.obs})
-        return out
+        """VMAS's per-agent observations (a tensor [copies, ...], or a dict of them) -> per group
+        {leaf: (copies, n_g, ...)}; each agent's leaves, flat, are kept for state()."""
+        leaves = [{leaf.name: leaf_array(leaf, o, (self.copies,)) for leaf in spec.obs} for o, spec in zip(obs, self.specs)]
+        self._flat = [np.concatenate([x.reshape(self.copies, -1) for x in a.values()], axis=1, dtype=np.float32)
+                      for a in leaves]
+        return [{leaf.name: np.stack([leaves[j][leaf.name] for j in g], axis=1) for leaf in self.specs[g[0]].obs}
+                for g in self.groups]
 
     def _per_group(self, x: np.ndarray) -> list[np.ndarray]:
         """(copies, agents) -> per group (copies, n_g)."""
@@ -144,6 +154,7 @@ class VmasBatch:
     def reset(self, seed: int | None) -> list[dict[str, np.ndarray]]:
         obs = self.env.reset(seed=seed)
         self._resetting[:] = False
+        self.rendered_episode_over = False
         self.active = [np.ones((self.copies, len(g)), dtype=bool) for g in self.groups]
         return self._pack(obs)
 
@@ -156,10 +167,10 @@ class VmasBatch:
                 per_agent[j] = torch.from_numpy(np.ascontiguousarray(env_action(self.specs[j].action, a[:, k], (self.copies,))))
         obs, rewards, terminated, truncated, _ = self.env.step(per_agent)
         resetting = self._resetting.clone()
-        for c in resetting.nonzero().flatten().tolist():
-            obs = self.env.reset_at(c)  # every copy's observations, this copy's its new episode's first
+        if bool(resetting.any()):
+            obs = reset_copies(self.env, resetting)
         keep = ~resetting
-        rew = torch.stack([r.float() for r in rewards], dim=1) * keep.unsqueeze(1)
+        rew = torch.where(keep.unsqueeze(1), torch.stack([r.float() for r in rewards], dim=1), 0.0)
         term, trunc = terminated & keep, truncated & keep & ~terminated
         self._resetting = term | trunc
         self.rendered_episode_over = bool(self._resetting[0])
@@ -170,11 +181,12 @@ class VmasBatch:
 
     def state(self) -> np.ndarray:
         """(copies, state_dim) float32: every agent's current observation in agent order, then the alive mask."""
-        flat = [o.reshape(self.copies, -1).float().numpy() for o in self._obs]
-        return np.concatenate([*flat, np.ones((self.copies, len(self._obs)), np.float32)], axis=1)
+        return np.concatenate([*self._flat, np.ones((self.copies, len(self._flat)), np.float32)], axis=1)
 
     def render(self) -> np.ndarray:
         return self.env.render(mode="rgb_array", env_index=0, visualize_when_rgb=False)
 
     def close(self) -> None:
-        pass
+        viewer = getattr(self.env, "viewer", None)
+        if viewer is not None:
+            viewer.close()

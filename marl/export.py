@@ -3,27 +3,36 @@
 Each policy of the run's `policy.pt` becomes one graph of plain tensors (`Acting`):
 
     inputs:  the observation's leaves in the policy's order, named as marl names them ("obs" for a
-             plain space, a Dict's keys joined by "."), in their stored dtypes (uint8 frames stay
-             uint8, indices int64), batch first; "action_mask" (bool [B, choices]) where the policy
-             takes one; "state" [B, state_size] for a recurrent network: zeros where an episode starts.
+             plain space, a Dict's or Tuple's keys joined by "."), batch first, with the env's
+             values (a Discrete leaf's own index, its start included) in the shape and dtype the
+             metadata's `marl.leaves` gives (uint8 frames stay uint8, indices int64, MultiDiscrete
+             and MultiBinary leaves flat); "agent_id" (int64, the agent's index within its policy)
+             where the run had --agent-id-input; "action_mask" (bool [B, choices]) where the policy
+             takes one; "recurrent_state" [B, state_size] for a recurrent network: zeros where an
+             episode starts (the built-in network's holds its actor's state, then its critic's,
+             which a step carries through unchanged).
     outputs: "action": the deterministic action as the env takes it (the most likely choice, the
              tanh squash or Beta scaling applied, Box actions clipped to the bounds, index offsets
              added back, in the env's shape); "params": what marl's distribution is built from
-             (logits, illegal ones at the lowest float; a Gaussian's mean then log-std; a Q-network's
-             Q-values then epsilon); "state_out": a recurrent network's state after the step.
+             (logits, illegal ones at the lowest float; a Gaussian's mean then log-std; a
+             tanh-Gaussian's mean then its unbounded log-std, before marl.distributions.tanh_gaussian
+             bounds it; a Beta's raw alphas then betas; a Q-network's Q-values then epsilon);
+             "recurrent_state_out": a recurrent network's state after the step.
 
 The observation normaliser (`--norm-obs`) is inside the graph. ONNX goes through torch's
 TorchScript-based exporter (opset 17), which writes GRU and LSTM as ONNX's own operators;
 TorchScript through `torch.jit.trace`. After writing, the file is run (onnxruntime, or
 `torch.jit.load`) on random observations beside marl's own forward and the largest difference is
-printed; the ONNX file also holds its inputs, outputs and action space as metadata (`marl.*`).
-A user's network that ONNX cannot express is refused in one line naming the operator, exit code 2.
+printed; a file that differs by more than `TOLERANCE` is deleted and refused. The ONNX file also
+holds its inputs, outputs, leaves and action space as metadata (`marl.*`). A user's network that
+ONNX cannot express is refused in one line naming the operator, exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import warnings
@@ -40,23 +49,13 @@ from marl.policies import PolicySpec
 FORMATS = ("onnx", "torchscript")
 SUFFIX = {"onnx": ".onnx", "torchscript": ".ts.pt"}
 OPSET = 17
+TOLERANCE = 1e-4  # the largest |difference| to marl's own forward an exported file may show
 EXTRA = "pip install -e '.[export]'"
+EXTRA_NAMES = ("action_mask", "recurrent_state", "action", "params", "recurrent_state_out")
 
 
 class ExportError(UsageError):
     """A policy that cannot be exported as asked; one line naming why and the fix."""
-
-
-def env_action(spec, action: torch.Tensor) -> torch.Tensor:
-    """marl's action [B, *shape] after the distribution's `to_env` -> what the env is sent, as
-    `envs.spaces` makes it: Box clipped to its bounds, index offsets added, the env's shape and dtype."""
-    if spec.continuous:
-        low, high = torch.tensor(spec.low), torch.tensor(spec.high)
-        action = torch.minimum(torch.maximum(action.reshape(action.shape[0], -1).float(), low), high)
-    elif spec.nvec and any(spec.start):
-        action = action + torch.tensor(spec.start).reshape(spec.shape)
-    dtype = torch.float32 if spec.continuous else torch.int64 if spec.nvec else torch.int8
-    return action.to(dtype).reshape(-1, *spec.env_shape)
 
 
 class Acting(nn.Module):
@@ -68,17 +67,22 @@ class Acting(nn.Module):
         self.policy, self.spec = policy, spec
         self.leaves = [leaf.name for leaf in spec.obs]
         self.state_size = policy.state_size
+        taken = sorted(set(self.leaves) & set(EXTRA_NAMES))
+        if taken:
+            raise ExportError(f"policy {spec.name!r}: an observation key is named {taken[0]!r}, which the exported "
+                              f"file names one of its own inputs or outputs ({', '.join(EXTRA_NAMES)}); rename the key")
 
     @property
     def input_names(self) -> list[str]:
-        return [*self.leaves, *(["action_mask"] if self.spec.mask else []), *(["state"] if self.state_size else [])]
+        return [*self.leaves, *(["action_mask"] if self.spec.mask else []),
+                *(["recurrent_state"] if self.state_size else [])]
 
     @property
     def output_names(self) -> list[str]:
-        return ["action", "params", *(["state_out"] if self.state_size else [])]
+        return ["action", "params", *(["recurrent_state_out"] if self.state_size else [])]
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        obs = dict(zip(self.leaves, inputs))
+        obs = {leaf.name: leaf.kind_class.read_tensor(leaf, x) for leaf, x in zip(self.spec.obs, inputs)}
         rest = list(inputs[len(self.leaves):])
         mask = rest.pop(0) if self.spec.mask else None
         state = rest.pop(0) if self.state_size else None
@@ -88,16 +92,18 @@ class Acting(nn.Module):
         params, state = self.policy.act(obs, state, starts)
         params = params.float()
         dist = distributions.make(self.spec.action, params, mask)
-        action = env_action(self.spec.action, dist.to_env(dist.mode()))
+        action = self.spec.action.space.to_env_tensor(self.spec.action, dist.to_env(dist.mode()))
         if mask is not None:
             n = self.spec.action.mask_size
             params = torch.cat([masked(params[..., :n], mask), params[..., n:]], dim=-1)
         return (action, params, state) if self.state_size else (action, params)
 
     def example(self, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-        """Random inputs: observations of every leaf's kind, masks with a legal choice in every
-        categorical, a random state."""
+        """Random inputs: the env's values of every leaf's kind (indices from their start), masks with a
+        legal choice in every categorical, a random state."""
         obs = [leaf.kind_class.example(leaf, (batch,), generator) for leaf in self.spec.obs]
+        obs = [x + torch.tensor(leaf.start).reshape(leaf.shape) if any(leaf.start) else x
+               for leaf, x in zip(self.spec.obs, obs)]
         extra = []
         if self.spec.mask:
             mask = torch.rand(batch, self.spec.action.mask_size, generator=generator) < 0.6
@@ -111,11 +117,14 @@ class Acting(nn.Module):
         return (*obs, *extra)
 
     def metadata(self) -> dict[str, str]:
+        """Plain JSON strings (non-finite bounds as "inf", "-inf")."""
         a = self.spec.action
+        bound = lambda xs: json.dumps([x if math.isfinite(x) else str(x) for x in xs])  # noqa: E731
+        leaves = [{"name": leaf.name, "shape": list(leaf.shape), "dtype": leaf.dtype} for leaf in self.spec.obs]
         return {"marl.policy": self.spec.name, "marl.inputs": json.dumps(self.input_names),
-                "marl.outputs": json.dumps(self.output_names), "marl.action_space": a.describe(),
-                "marl.distribution": a.kind, "marl.state_size": str(self.state_size),
-                "marl.action_low": json.dumps(list(a.low)), "marl.action_high": json.dumps(list(a.high))}
+                "marl.outputs": json.dumps(self.output_names), "marl.leaves": json.dumps(leaves),
+                "marl.action_space": a.describe(), "marl.distribution": a.kind, "marl.state_size": str(self.state_size),
+                "marl.action_low": bound(a.low), "marl.action_high": bound(a.high)}
 
 
 def unsupported_op(error: Exception) -> str:
@@ -168,17 +177,25 @@ def run_exported(path: Path, fmt: str, inputs: tuple[torch.Tensor, ...], names: 
         import onnxruntime
     except ImportError:
         raise ExportError(f"checking the ONNX file needs onnxruntime: {EXTRA}") from None
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return [torch.from_numpy(x) for x in session.run(None, {n: x.numpy() for n, x in zip(names, inputs)})]
+    try:
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return [torch.from_numpy(x) for x in session.run(None, {n: x.numpy() for n, x in zip(names, inputs)})]
+    except Exception as e:  # noqa: BLE001 - onnxruntime's own errors: the file does not run
+        raise ExportError(f"{path} does not run in onnxruntime: {' '.join(str(e).split())[:200]}") from None
 
 
 def largest_difference(ours: tuple[torch.Tensor, ...], theirs: list[torch.Tensor]) -> float:
-    """max |ours - theirs| over every output (actions and parameters alike; -inf logits compared as equal)."""
+    """max |ours - theirs| over every output (actions and parameters alike): equal values (infinities
+    and lowest floats included) differ by 0, a NaN on one side only or a missing output by inf."""
+    if len(ours) != len(theirs):
+        return math.inf
     worst = 0.0
     for a, b in zip(ours, theirs):
+        if a.shape != b.shape:
+            return math.inf
         a, b = a.double(), b.double()
-        same = a == b  # equal infinities and lowest floats, which a difference would turn into nan or 0
-        worst = max(worst, float(torch.where(same, 0.0, (a - b).abs()).max()) if a.numel() else 0.0)
+        diff = torch.where((a == b) | (a.isnan() & b.isnan()), 0.0, (a - b).abs())
+        worst = max(worst, float(diff.nan_to_num(nan=math.inf).max()) if a.numel() else 0.0)
     return worst
 
 
@@ -192,7 +209,17 @@ def export_policy(policy: nn.Module, spec: PolicySpec, fmt: str, out: Path, chec
         (write_onnx if fmt == "onnx" else write_torchscript)(acting, acting.example(2, generator), out)
         inputs = acting.example(check_batch, generator)
         ours = acting(*inputs)
-    return largest_difference(ours, run_exported(out, fmt, inputs, acting.input_names))
+    try:
+        diff = largest_difference(ours, run_exported(out, fmt, inputs, acting.input_names))
+    except ExportError:
+        out.unlink(missing_ok=True)
+        raise
+    if not diff <= TOLERANCE:
+        out.unlink(missing_ok=True)
+        raise ExportError(f"policy {spec.name!r} as {fmt} differs from marl's own forward by {diff:.1e} (more than "
+                          f"{TOLERANCE:.0e}) on {check_batch} random inputs, e.g. where the network branches on its "
+                          f"input, which a traced graph freezes; the file is not kept")
+    return diff
 
 
 def outputs_for(run_dir: Path, fmt: str, out: str, names: list[str]) -> dict[str, Path]:

@@ -92,7 +92,7 @@ def torchrun_restart(values: dict) -> dict:
 
 
 def slow_here(cfg, gpu: bool) -> list[str]:
-    """One line for each option that makes this run slower on this machine (README, "When things go wrong")."""
+    """One line for each option that makes this run slower on this machine (docs/guides/fault-tolerance.md)."""
     lines = []
     if cfg.precision == "bf16" and not gpu:
         lines.append("marl: --precision bf16 without a GPU computes in bf16 on the CPU, slower than fp32 (1.8x on "

@@ -47,13 +47,14 @@ CASES = [
     ("pettingzoo:pettingzoo.classic.connect_four_v3", None, {}, [[0, 1]]),
 ]
 MINIGRID = [("MiniGrid-Empty-5x5-v0", 2, {"max_steps": 8}, [[0, 1]])]
-# VMAS: one batched env of COPIES copies; Box and Discrete actions, truncation at max_steps, and balance's
-# termination (the package falls) before it.
+# VMAS: one batched env of COPIES copies; Box and Discrete actions, truncation at max_steps (every copy at
+# once), and balance's termination (the package falls: copies one by one) before it.
 VMAS = [("vmas:navigation", None, {"n_agents": 3, "max_steps": 7}, [[0, 2], [1]]),
         ("vmas:balance", None, {"n_agents": 2, "max_steps": 40, "continuous_actions": False}, [[0, 1]])]
 TRUNCATES = {"CartPole-v1", "FrozenLake-v1", "Pendulum-v1", "pettingzoo:tests.pz_envs", "pettingzoo:envs.coop_nav",
              "pettingzoo:mpe2.simple_speaker_listener_v4", "pettingzoo:pettingzoo.classic.rps_v2", "MiniGrid-Empty-5x5-v0",
              "vmas:navigation", "vmas:balance"}
+TERMINATES = {"vmas:balance"}  # (and others, not asserted)
 COPIES, STEPS, SEED = 3, 60, 5
 
 
@@ -161,8 +162,9 @@ class ParallelReference:
 
 class VmasReference:
     """The raw VMAS env of COPIES copies, seeded as the batch and stepped with the same actions, reset by
-    hand as the protocol says: the step after a copy's episode ended resets it (`reset_at`), and that
-    step's outcome for the copy is the reset's observation, reward 0 and no flags. VMAS keeps one set of
+    hand as the protocol says: the step after a copy's episode ended resets it, and that step's outcome
+    for the copy is the reset's observation, reward 0 and no flags (every copy at once by VMAS's
+    reset() where all ended together, as the backend does, else each by its `reset_at`). VMAS keeps one set of
     generators per process, shared by its envs (`Environment.vmas_random_state`): the reference swaps in
     a set of its own, so that the batch beside it draws what it would draw alone."""
 
@@ -199,7 +201,9 @@ class VmasReference:
         with self._own_rng():
             obs, rews, te, tr, _ = self.env.step(acts)
             obs = [o.clone() for o in obs]
-            for c in np.flatnonzero(self.pending):
+            if self.pending.all():
+                obs = self.env.reset()
+            for c in np.flatnonzero(self.pending) if not self.pending.all() else ():
                 fresh = self.env.reset_at(int(c))
                 for j in range(self.n):
                     obs[j][c] = fresh[j][c]
@@ -301,7 +305,7 @@ def test_every_backend_speaks_the_grouped_array_protocol(env_id, agents, kwargs,
         _same_obs(_per_agent(groups, obs, n), want, "reset")
     returns, episodes = np.zeros((COPIES, n)), defaultdict(list)  # the batch's own bookkeeping
     moves = [[] for _ in range(COPIES)]  # turn-based: (agent, action) of each move, per copy
-    truncated = False
+    truncated = terminated = False
     for t in range(STEPS):
         acting = np.stack(_per_agent(groups, env.active, n), axis=1)
         if info.turn_based:
@@ -341,6 +345,7 @@ def test_every_backend_speaks_the_grouped_array_protocol(env_id, agents, kwargs,
             elif not info.turn_based:  # every real observation counts alive, a truncated agent's final one too
                 assert (state[:, -n:] == real).all(), f"step {t}: the state's alive mask"
         truncated |= bool(trunc.any())
+        terminated |= bool(term.any())
         returns += rew
         for c, j in zip(*np.nonzero(done)):
             episodes[c, j].append(returns[c, j])
@@ -349,6 +354,7 @@ def test_every_backend_speaks_the_grouped_array_protocol(env_id, agents, kwargs,
 
     assert episodes, f"no episode ended in {STEPS} steps: shorten the case's episodes"
     assert truncated == (env_id in TRUNCATES), "the case truncates where its env can"
+    assert terminated or env_id not in TERMINATES, "the case terminates episodes"
     if ref is not None:
         ref.close()
         own = ref.episodes

@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VEC = Leaf("obs", (), "box", (5,), "float32")
 FRAMES = Leaf("obs", (), "box", (4, 84, 84), "uint8")
 GRID = Leaf("image", ("image",), "box", (7, 7, 3), "uint8")
-DIR = Leaf("direction", ("direction",), "discrete", (), "int64", (4,), (0,))
+DIR = Leaf("direction", ("direction",), "discrete", (), "int64", (4,), (2,))  # Discrete(4, start=2): the env's values
 DISCRETE = ActionSpec("categorical", (), (), (3,), (1,))  # Discrete(3, start=1): the offset is added back
-MULTI = ActionSpec("multicategorical", (2,), (2,), (3, 2), (0, 0))
+MULTI = ActionSpec("multicategorical", (2,), (2,), (3, 2), (1, -1))
 BITS = ActionSpec("bernoulli", (4,), (4,))
 BOX = dict(shape=(2,), env_shape=(2,), low=(-1.0, -2.0), high=(1.0, 0.5))
 MLP = {"model": "", "encoder": "auto", "hidden_sizes": [16, 16]}
@@ -73,6 +73,15 @@ class GammaNet(TwoHeads):
     def forward(self, obs):
         x = self.body(obs)
         return self.pi(torch.lgamma(x.abs() + 1)), self.v(x).squeeze(-1)
+
+
+class Branches(TwoHeads):
+    """A user's network that branches on its input in Python: a traced graph keeps the branch it saw."""
+
+    def forward(self, obs):
+        x = self.body(obs)
+        head = self.pi(x) if float(obs[0, 0]) > 0 else -self.pi(x)
+        return head, self.v(x).squeeze(-1)
 
 
 def spec(leaves, action, mask: bool = False) -> PolicySpec:
@@ -118,13 +127,15 @@ def trained_looking(policy: nn.Module) -> nn.Module:
 
 
 def marl_step(model, spec: PolicySpec, inputs: tuple[torch.Tensor, ...]) -> tuple[np.ndarray, torch.Tensor | None]:
-    """What marl's evaluation does for one step of these inputs: the greedy PolicySource on B env copies of
-    one agent, then the env adapter's numpy conversion -> (the env's actions [B, *env_shape], the state after)."""
+    """What marl's evaluation does for one step of these inputs (the env's values): the env adapter's numpy
+    reading of each leaf, the greedy PolicySource on B env copies of one agent, then the adapter's numpy
+    action conversion -> (the env's actions [B, *env_shape], the state after)."""
     n = len(spec.obs)
-    obs = {leaf.name: x.unsqueeze(1) for leaf, x in zip(spec.obs, inputs)}
+    B = inputs[0].shape[0]
+    obs = {leaf.name: torch.from_numpy(leaf.kind_class.read(leaf, x.numpy(), (B,))).unsqueeze(1)
+           for leaf, x in zip(spec.obs, inputs)}
     rest = list(inputs[n:])
     mask = rest.pop(0).unsqueeze(1) if spec.mask else None
-    B = inputs[0].shape[0]
     source = PolicySource(model, (spec,), B, torch.Generator().manual_seed(0), greedy=True, critic=False)
     if rest:
         source.core[0] = rest.pop(0).reshape(B, 1, -1)
@@ -152,17 +163,20 @@ def test_the_exported_file_acts_as_marl_does(case, fmt, tmp_path):
     got = run_exported(out, fmt, inputs, acting.input_names)
     assert len(got) == len(acting.output_names)
     action, state = marl_step(model, spec_, inputs)
-    assert got[0].shape == action.shape
+    assert got[0].shape == action.shape and got[0].numpy().dtype == action.dtype
     if spec_.action.continuous:
         np.testing.assert_allclose(got[0].numpy(), action, atol=1e-5, rtol=0)
         low, high = np.array(spec_.action.low), np.array(spec_.action.high)
         assert (got[0].numpy() >= low).all() and (got[0].numpy() <= high).all()
+        if spec_.action.kind == "gaussian":  # unbounded means: some reach past the bounds, and are clipped
+            assert ((got[0].numpy() == low) | (got[0].numpy() == high)).any()
     else:
         assert (got[0].numpy() == action).all(), (got[0], action)
         assert got[0].numpy().min() >= min(spec_.action.start or (0,))
     with torch.no_grad():
         recurrent = state is not None
-        params = policy.act({leaf.name: x for leaf, x in zip(spec_.obs, inputs)}, inputs[-1] if recurrent else None,
+        stored = {leaf.name: torch.from_numpy(leaf.kind_class.read(leaf, x.numpy(), (9,))) for leaf, x in zip(spec_.obs, inputs)}
+        params = policy.act(stored, inputs[-1] if recurrent else None,
                             torch.zeros(9, dtype=torch.bool) if recurrent else None)[0].float()
     if spec_.mask:
         illegal = ~inputs[len(spec_.obs)]
@@ -220,6 +234,19 @@ def test_the_cli_refuses_in_one_line_with_exit_2(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and says in err, err
+
+
+def test_a_graph_that_differs_from_marl_or_a_clashing_name_is_refused(tmp_path, capsys):
+    from marl.export import ExportError
+
+    run = run_with(tmp_path, env="CartPole-v1", agents=2, model="tests.test_export:Branches")
+    assert main([str(run), "--format", "torchscript", "--out", str(tmp_path / "b.ts.pt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "differs from marl's own forward" in err, err
+    assert not (tmp_path / "b.ts.pt").exists()  # not kept
+    clash = spec([Leaf("params", ("params",), "box", (5,), "float32")], DISCRETE)
+    with pytest.raises(ExportError, match="named 'params'"):
+        Acting(build_model((clash,), MLP).policies["p"], clash)
 
 
 def test_the_serving_example_plays_a_trained_policy_as_marl_evaluate_does(train, tmp_path):

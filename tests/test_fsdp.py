@@ -162,9 +162,9 @@ def _step_network(rank: int, world: int, cfg: Config, out: str, extra_path: str)
 
 
 def _readme_module(tmp_path) -> str:
-    from tests.test_train_spaces import readme_example
+    from tests.test_train_spaces import docs_network_example
 
-    (tmp_path / "my_nets.py").write_text(readme_example())
+    (tmp_path / "my_nets.py").write_text(docs_network_example())
     return str(tmp_path)
 
 

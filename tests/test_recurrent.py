@@ -166,9 +166,9 @@ def test_the_learner_replays_the_actors_log_probs_and_values(core, setting, worl
     with --norm-obs and --norm-reward, where the first update has moved the observation statistics
     (of the agents' views and of the central critic's state) that the actors then act with."""
     pytest.importorskip("pettingzoo")
-    from tests.test_train_spaces import readme_example
+    from tests.test_train_spaces import docs_network_example
 
-    (tmp_path / "my_nets.py").write_text(readme_example(recurrent=True))
+    (tmp_path / "my_nets.py").write_text(docs_network_example(recurrent=True))
     network = dict(model="my_nets:GRUNet", model_kwargs={"hidden": 16}) if core == "readme-gru" else \
         dict(core=core, core_size=16, hidden_sizes=(16,))
     cfg = dataclasses.replace(Config(), actors=2, envs_per_actor=2, num_minibatches=2, update_epochs=2,

@@ -85,7 +85,7 @@ def test_atari_trains_with_the_nature_cnn_on_uint8_frames(train):
     assert_every_weight_moved(train.logdir / "pong", 1, ".cnns.obs.convs.")
 
 
-def readme_example(recurrent: bool = False) -> str:
+def docs_network_example(recurrent: bool = False) -> str:
     """The docs' custom network example (or its recurrent one), as code."""
     text = (ROOT / "docs" / "guides" / "spaces-and-networks.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text[text.index("## Your own network"):], re.S)
@@ -94,7 +94,7 @@ def readme_example(recurrent: bool = False) -> str:
 
 
 def test_the_readme_custom_network_trains_resumes_and_evaluates(train, tmp_path):
-    (tmp_path / "my_nets.py").write_text(readme_example())
+    (tmp_path / "my_nets.py").write_text(docs_network_example())
     train.extra_env = {"PYTHONPATH": str(tmp_path)}
     r = train("--agents", "8", "--model", "my_nets:TwoTowers", "--model-kwargs", '{"hidden": 64}',
               "--run-name", "mine", "--total-steps", "400000")

@@ -9,13 +9,12 @@ import pytest
 
 from tests.conftest import evaluate_cli, read_scalars
 
-pytest.importorskip("vmas")
-av = pytest.importorskip("av")
-
 NAV = ["--env", "vmas:navigation", "--env-kwargs", '{"n_agents": 2, "max_steps": 50}']
 
 
 def test_mappo_on_two_learners_with_a_policy_each_resumes_evaluates_and_films(train, tmp_path):
+    pytest.importorskip("vmas")
+    av = pytest.importorskip("av")
     args = [*NAV, "--critic", "central", "--policies", "per-agent", "--learners", "2", "--envs-per-actor", "4",
             "--num-steps", "50", "--checkpoint-every", "2", "--run-name", "nav"]
     first = train(*args, "--total-steps", "3200")
@@ -43,6 +42,7 @@ def test_mappo_on_two_learners_with_a_policy_each_resumes_evaluates_and_films(tr
 
 
 def test_discrete_actions_with_a_recurrent_core_in_async_mode(train):
+    pytest.importorskip("vmas")
     r = train("--env", "vmas:balance", "--env-kwargs", '{"n_agents": 2, "max_steps": 30, "continuous_actions": false}',
               "--core", "gru", "--mode", "async", "--num-steps", "30", "--total-steps", "3000", "--run-name", "bal")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -52,6 +52,7 @@ def test_discrete_actions_with_a_recurrent_core_in_async_mode(train):
 
 
 def test_a_missing_scenario_and_a_wrong_agent_count_are_one_line(train):
+    pytest.importorskip("vmas")
     for args, says in ((["--env", "vmas:nowhere"], "VMAS has no scenario 'nowhere'"),
                        ([*NAV, "--agents", "3"], "has 2 agents, not 3")):
         r = train(*args, "--total-steps", "100")

@@ -4,9 +4,10 @@ no torch): what a game engine, a robot or a server does with the file.
     python -m marl.export runs/<run> --out policy.onnx
     python docs/examples/serve_onnx.py policy.onnx --env CartPole-v1 --episodes 5
 
-The file's metadata says what it takes: its inputs (the observation's leaves by name, "action_mask"
-where the policy takes one, "state" for a recurrent network) and the recurrent state's size. Its first
-output is the action the env takes, batch first.
+The file's metadata says what it takes: its inputs (the observation's leaves by name, with the shape
+and dtype of each, "agent_id" where the run had --agent-id-input, "action_mask" where the policy takes
+one, "recurrent_state" for a recurrent network) and the recurrent state's size. Its first output is the
+action the env takes, batch first.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ import numpy as np
 import onnxruntime
 
 
-def leaf(obs, name: str) -> np.ndarray:
-    """One input of the network from a Gymnasium observation: the whole of a plain space ("obs"), else
-    the Dict's entry at the keys the name joins with "."."""
-    if name == "obs":
-        return np.asarray(obs)
-    for key in name.split("."):
-        obs = obs[key]
-    return np.asarray(obs)
+def leaf(obs, name: str, shape: list[int], dtype: str) -> np.ndarray:
+    """One input of the network from a Gymnasium observation, a batch of one: the whole of a plain space
+    ("obs"), else the Dict's (or Tuple's) entry at the keys the name joins with ".", in the leaf's shape
+    (MultiDiscrete and MultiBinary flat) and dtype."""
+    if name != "obs":
+        for key in name.split("."):
+            obs = obs[int(key)] if isinstance(obs, tuple) else obs[key]
+    return np.asarray(obs).reshape(1, *shape).astype(dtype)
 
 
 def main() -> int:
@@ -40,7 +41,7 @@ def main() -> int:
 
     session = onnxruntime.InferenceSession(args.policy, providers=["CPUExecutionProvider"])
     meta = session.get_modelmeta().custom_metadata_map
-    types = {i.name: i.type for i in session.get_inputs()}  # e.g. tensor(float), tensor(uint8), tensor(int64)
+    leaves = {x["name"]: x for x in json.loads(meta["marl.leaves"])}
     state_size = int(meta["marl.state_size"])
     env = gym.make(args.env)
     returns = []
@@ -51,13 +52,14 @@ def main() -> int:
         while not done:
             feed = {}
             for name in json.loads(meta["marl.inputs"]):
-                if name == "state":
+                if name == "recurrent_state":
                     feed[name] = state
                 elif name == "action_mask":
                     feed[name] = np.asarray(info["action_mask"] if "action_mask" in info else obs["action_mask"], bool)[None]
+                elif name == "agent_id":
+                    feed[name] = np.zeros(1, np.int64)  # the policy's first agent: a single-agent env has one
                 else:
-                    dtype = {"tensor(uint8)": np.uint8, "tensor(int64)": np.int64}.get(types[name], np.float32)
-                    feed[name] = leaf(obs, name).astype(dtype)[None]  # a batch of one
+                    feed[name] = leaf(obs, name, leaves[name]["shape"], leaves[name]["dtype"])
             action, _params, *rest = session.run(None, feed)
             if state_size:
                 state = rest[0]
