@@ -104,7 +104,7 @@ elif [[ $ALLOW_CPU -eq 1 ]]; then
     NPROC=2
     BACKEND=gloo
     BENCH_ARGS=(--hidden 64,64 --batch 1024 --updates 2)
-    TRAIN_STEPS=16384  # two iterations of 8,192 agent-steps
+    TRAIN_STEPS=8192  # one iteration of 8,192 agent-steps
     BENCH_LIMIT=120
     TRAIN_LIMIT=150
     OFF_STEPS=(300 150)

@@ -18,7 +18,7 @@ from tests.conftest import ROOT, kill_all, processes_with_token
     (["bench/train_throughput.py", "--steps", "1000", "--repeats", "1", "--", "--num-steps", "16"], "ratio async / sync"),
     (["bench/startup.py", "--runs", "1"], "command -> first rollout"),
     (["bench/learner_memory.py", "--smoke"], "ratio"),
-    (["bench/fault_soak.py", "--minutes", "0.1", "--kill-every", "2", "--actors", "2", "--agents", "2", "--envs-per-actor",
+    (["bench/fault_soak.py", "--minutes", "0.05", "--kill-every", "2", "--actors", "2", "--agents", "2", "--envs-per-actor",
       "2", "--modes", "degraded,healing"], "reported healed"),
     (["bench/multiagent.py", "--smoke"], "cartpole_per_agent PPO per-agent: solved"),
     (["bench/algorithms.py", "--smoke"], "ratio after / before"),

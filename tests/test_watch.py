@@ -30,7 +30,7 @@ def evaluate(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
 
 
 def test_evaluate_films_each_episode_of_the_first_agent(train, tmp_path):
-    r = train("--agents", "2", "--total-steps", "20000", "--run-name", "film")
+    r = train("--agents", "2", "--total-steps", "6000", "--run-name", "film")
     assert r.returncode == 0, r.stderr[-2000:]
     e = evaluate(str(train.logdir / "film"), "--episodes", "2", "--video", str(tmp_path / "v"))
     assert e.returncode == 0, e.stderr[-2000:]
@@ -146,41 +146,29 @@ def wandb_history(run_file: str) -> list[dict]:
             for rec in wandb_records(run_file) if rec.WhichOneof("record_type") == "history"]
 
 
-def test_track_logs_the_tensorboard_scalars_to_wandb_offline(train):
+def test_track_logs_each_tensorboard_point_once_to_wandb_offline_beside_the_default_logdir(train, tmp_path):
+    """As a user runs it: `runs` relative to the working directory, W&B's own folder beside it (as W&B's
+    default ./wandb beside the default ./runs). W&B's folder inside the run's event folder had its sync copy
+    the event files into itself, again and again (41 points a step)."""
     pytest.importorskip("wandb")
-    train.extra_env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    r = train("--agents", "2", "--total-steps", "6000", "--track", "--run-name", "tracked")
+    env = {**train.env(), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    r = subprocess.run([sys.executable, str(ROOT / "train.py"), "--agents", "2", "--total-steps", "6000", "--track",
+                        "--target-return", "1e9", "--run-name", "tracked"], env={**env, "PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    # W&B's own folder beside the logdir, as W&B's default ./wandb beside the default ./runs.
-    files = glob.glob(str(train.logdir.parent / "wandb" / "offline-run-*" / "run-*.wandb"))
+    assert not list((tmp_path / "runs").rglob("wandb"))  # TensorBoard's `--logdir runs` sees no copies
+    files = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
     assert len(files) == 1
     records = wandb_records(files[0])
     run = next(rec.run for rec in records if rec.WhichOneof("record_type") == "run")
     assert run.display_name == "tracked" and run.project == "marl"
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
     assert config["learning_rate"] == pytest.approx(5e-3) and config["agents"] == 2
-    history = wandb_history(files[0])
-    returns = [(h["global_step"], h["charts/episodic_return"]) for h in history if "charts/episodic_return" in h]
-    logged = read_scalars(train.logdir / "tracked")["charts/episodic_return"]
-    assert [s for s, _ in returns] == [s for s, _ in logged]  # every TensorBoard point, at its agent-step
+    returns = [(h["global_step"], h["charts/episodic_return"]) for h in wandb_history(files[0])
+               if "charts/episodic_return" in h]
+    logged = read_scalars(tmp_path / "runs" / "tracked")["charts/episodic_return"]
+    assert len(logged) >= 3 and [s for s, _ in returns] == [s for s, _ in logged]  # each point once, at its step
     assert [v for _, v in returns] == pytest.approx([v for _, v in logged])
-
-
-def test_track_with_the_default_logdir_logs_each_point_once(train, tmp_path):
-    # As a user runs it: `runs` relative to the working directory. W&B's folder inside the run's
-    # event folder had its sync copy the event files into itself, again and again (41 points a step).
-    pytest.importorskip("wandb")
-    env = {**train.env(), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    r = subprocess.run([sys.executable, str(ROOT / "train.py"), "--agents", "2", "--total-steps", "12000", "--track",
-                        "--target-return", "1e9", "--run-name", "wb2"], env={**env, "PYTHONPATH": str(ROOT)},
-                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert not list((tmp_path / "runs").rglob("wandb"))  # TensorBoard's `--logdir runs` sees no copies
-    files = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
-    assert len(files) == 1
-    steps = [h["global_step"] for h in wandb_history(files[0]) if "charts/episodic_return" in h]
-    logged = [s for s, _ in read_scalars(tmp_path / "runs" / "wb2")["charts/episodic_return"]]
-    assert len(logged) >= 3 and steps == logged  # each point once, at its step
 
 
 def test_track_without_wandb_names_the_extra(train, tmp_path):
