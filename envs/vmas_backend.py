@@ -29,6 +29,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from envs.info import EnvError, EnvInfo, one_line, spec_of
 from envs.protocol import check_split
@@ -124,9 +125,6 @@ class VmasBatch:
     """`copies` copies of a VMAS scenario as one VMAS env, in the grouped arrays of `envs.batched`."""
 
     def __init__(self, info: EnvInfo, copies: int, groups: list[list[int]]):
-        import torch
-
-        self.torch = torch
         self.copies, self.info = copies, info
         self.env = make_vmas(info.env_id, copies, info.kwargs)
         self.groups = [list(g) for g in groups]
@@ -159,7 +157,6 @@ class VmasBatch:
         return self._pack(obs)
 
     def step(self, actions: list[np.ndarray]):
-        torch = self.torch
         n = len(self.info.agent_ids)
         per_agent: list = [None] * n
         for g, a in zip(self.groups, actions):

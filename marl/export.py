@@ -49,6 +49,7 @@ from marl.policies import PolicySpec
 FORMATS = ("onnx", "torchscript")
 SUFFIX = {"onnx": ".onnx", "torchscript": ".ts.pt"}
 OPSET = 17
+CHECK_BATCH = 16  # random inputs the written file is run on beside marl's forward
 TOLERANCE = 1e-4  # the largest |difference| to marl's own forward an exported file may show
 EXTRA = "pip install -e '.[export]'"
 EXTRA_NAMES = ("action_mask", "recurrent_state", "action", "params", "recurrent_state_out")
@@ -199,10 +200,10 @@ def largest_difference(ours: tuple[torch.Tensor, ...], theirs: list[torch.Tensor
     return worst
 
 
-def export_policy(policy: nn.Module, spec: PolicySpec, fmt: str, out: Path, check_batch: int = 16,
-                  seed: int = 0) -> float:
+def export_file(policy: nn.Module, spec: PolicySpec, fmt: str, out: Path, check_batch: int = CHECK_BATCH,
+                  seed: int = 0) -> tuple[float, Acting]:
     """Write one policy to `out` in `fmt`, run the file beside marl's forward on `check_batch`
-    random inputs, and return the largest difference of their outputs."""
+    random inputs -> the largest difference of their outputs, and the module that was written."""
     acting = Acting(policy, spec).eval()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -219,7 +220,7 @@ def export_policy(policy: nn.Module, spec: PolicySpec, fmt: str, out: Path, chec
         raise ExportError(f"policy {spec.name!r} as {fmt} differs from marl's own forward by {diff:.1e} (more than "
                           f"{TOLERANCE:.0e}) on {check_batch} random inputs, e.g. where the network branches on its "
                           f"input, which a traced graph freezes; the file is not kept")
-    return diff
+    return diff, acting
 
 
 def outputs_for(run_dir: Path, fmt: str, out: str, names: list[str]) -> dict[str, Path]:
@@ -270,10 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [s for s in specs if not args.policy or s.name == args.policy]
         for spec, path in zip(chosen, outputs_for(run_dir, args.format, args.out, [s.name for s in chosen]).values()):
             path.parent.mkdir(parents=True, exist_ok=True)
-            diff = export_policy(model.policies[spec.name], spec, args.format, path)
-            acting = Acting(model.policies[spec.name], spec)
+            diff, acting = export_file(model.policies[spec.name], spec, args.format, path)
             print(f"{path}: policy {spec.name!r} as {args.format} | inputs {', '.join(acting.input_names)} | "
-                  f"outputs {', '.join(acting.output_names)} | max |diff| to marl's forward {diff:.1e} on 16 random inputs")
+                  f"outputs {', '.join(acting.output_names)} | max |diff| to marl's forward {diff:.1e} on "
+                  f"{CHECK_BATCH} random inputs")
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
