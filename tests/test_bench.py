@@ -29,8 +29,10 @@ from tests.conftest import ROOT, kill_all, processes_with_token
     (["bench/off_policy_speed.py", "--smoke"], "SAC (configs/pendulum_sac.toml"),
     (["bench/vmas_speed.py", "--envs-per-actor", "8", "--requests", "2", "--num-steps", "20", "--one-process-seconds",
       "0.5"], "ratio marl / one process"),
+    (["bench/benchmarl.py", "--tasks", "balance", "--seeds", "1", "--frames", "1200", "--frames-per-batch", "1200",
+      "--envs", "12", "--minibatch-iters", "3", "--eval-episodes", "1"], "balance seed 1: marl return"),
 ], ids=["collect", "train", "startup", "learner_memory", "fault_soak", "multiagent", "algorithms",
-        "recurrent", "continuous", "selfplay", "off_policy", "off_policy_speed", "vmas_speed"])
+        "recurrent", "continuous", "selfplay", "off_policy", "off_policy_speed", "vmas_speed", "benchmarl"])
 def test_bench_runs(cmd, expect, tmp_path):
     token = f"bench-{os.getpid()}-{cmd[0]}"
     env = {**os.environ, "MARL_TEST_TOKEN": token}
