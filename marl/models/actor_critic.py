@@ -23,20 +23,12 @@ from marl.models.core import Core
 from marl.models.encoders import Encoder, init_layer
 
 
-class Tanh(nn.Module):
-    """tanh(x) computed as 2 * sigmoid(2x) - 1: the same function, but torch's CPU tanh kernel
-    measured 3.5x slower than its sigmoid here (167 us vs 48 us for 1024x64 floats, 1 thread), and
-    the activations were the larger part of an actor's forward pass."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(2 * x) * 2 - 1
-
-
 class MLP(nn.Module):
     """Tanh blocks (or another `activation`), then `head(width)`: the last layer, made after the
-    blocks (their init draws come first)."""
+    blocks (their init draws come first). torch's own tanh: with torch 2.13 its kernel beat the
+    2 * sigmoid(2x) - 1 that an older build had favoured, 4x in a training step (docs/results/index.md)."""
 
-    def __init__(self, n_in: int, hidden: tuple[int, ...], head, activation: type[nn.Module] = Tanh):
+    def __init__(self, n_in: int, hidden: tuple[int, ...], head, activation: type[nn.Module] = nn.Tanh):
         super().__init__()
         widths = (n_in, *hidden)
         self.blocks = nn.ModuleList(
