@@ -29,7 +29,7 @@ class NanRewardEnv(gym.Env):
 
 
 gym.register(id="NanReward-v0", entry_point=NanRewardEnv)
-gym.register(id="NanRewardLate-v0", entry_point=NanRewardEnv, kwargs={"after": 200})  # 64 steps an iteration: NaN in the 4th
+gym.register(id="NanRewardLate-v0", entry_point=NanRewardEnv, kwargs={"after": 200})  # --num-steps 64: NaN in the 4th iteration
 
 
 class CrashingEnv(NanRewardEnv):

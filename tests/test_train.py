@@ -210,7 +210,8 @@ def test_a_non_finite_loss_stops_the_run_with_a_clear_message(train):
 
 
 def test_a_non_finite_loss_keeps_the_last_good_checkpoint(train):
-    r = train("--env", "tests.nan_env:NanRewardLate-v0", "--agents", "2", "--checkpoint-every", "1", "--run-name", "late")
+    r = train("--env", "tests.nan_env:NanRewardLate-v0", "--agents", "2", "--num-steps", "64", "--checkpoint-every", "1",
+              "--run-name", "late")
     assert r.returncode == 1 and "iteration 4" in r.stderr, r.stderr[-2000:]
     ckpts = sorted(p.name for p in (train.logdir / "late" / "checkpoints").iterdir())
     assert ckpts == ["iter_000002", "iter_000003"]  # nothing of the bad iteration, not even a temporary

@@ -92,7 +92,7 @@ def test_training_films_coop_nav_and_fills_the_hparams_dashboard(train):
     content = acc.PluginTagToContent("hparams")
     start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
     assert start.hparams["env"].string_value == "pettingzoo:envs.coop_nav"
-    assert start.hparams["learning_rate"].number_value == pytest.approx(5e-3)
+    assert start.hparams["learning_rate"].number_value == pytest.approx(1e-2)
     assert "logdir" not in start.hparams and "run_name" not in start.hparams
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
     assert {m.name.tag for m in experiment.metric_infos} == {
@@ -163,7 +163,7 @@ def test_track_logs_each_tensorboard_point_once_to_wandb_offline_beside_the_defa
     run = next(rec.run for rec in records if rec.WhichOneof("record_type") == "run")
     assert run.display_name == "tracked" and run.project == "marl"
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
-    assert config["learning_rate"] == pytest.approx(5e-3) and config["agents"] == 2
+    assert config["learning_rate"] == pytest.approx(1e-2) and config["agents"] == 2
     returns = [(h["global_step"], h["charts/episodic_return"]) for h in wandb_history(files[0])
                if "charts/episodic_return" in h]
     logged = read_scalars(tmp_path / "runs" / "tracked")["charts/episodic_return"]
