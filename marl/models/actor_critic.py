@@ -25,8 +25,9 @@ from marl.models.encoders import Encoder, init_layer
 
 class MLP(nn.Module):
     """Tanh blocks (or another `activation`), then `head(width)`: the last layer, made after the
-    blocks (their init draws come first). torch's own tanh: with torch 2.13 its kernel beat the
-    2 * sigmoid(2x) - 1 that an older build had favoured, 4x in a training step (docs/results/index.md)."""
+    blocks (their init draws come first). torch's own tanh: with torch 2.13 it took 23 us forward
+    and backward on 1024x64 floats, the 2 * sigmoid(2x) - 1 that an older build had favoured 257 us
+    (docs/results/index.md)."""
 
     def __init__(self, n_in: int, hidden: tuple[int, ...], head, activation: type[nn.Module] = nn.Tanh):
         super().__init__()
