@@ -65,8 +65,7 @@ def run_marl(task: str, seed: int, args, logdir: Path) -> dict:
     run_dir = logdir / f"{task}_seed{seed}"
     run = run_train([*marl_flags(task, args), "--seed", str(seed)], run_dir)
     returns = evaluate(run_dir, args.eval_episodes, seed=10_000 + seed, sample=False)[0]
-    return {"final_return": statistics.mean(x for v in returns.values() for x in v), "wall": run.wall,
-            "steps_per_s": run.result.global_step / run.result.seconds}
+    return {"final_return": statistics.mean(x for v in returns.values() for x in v), "wall": run.wall}
 
 
 def run_benchmarl(python: str, task: str, seed: int, args) -> dict:

@@ -58,14 +58,13 @@ def measure_actors(requests: int, result: dict, weights: dict | None = None):
     fresh network's), their agent-steps/s and the actors' busy time into `result`."""
     def rank0_main(cfg: Config, info, learner_group, device, control) -> int:
         pool = ActorPool(cfg, info)
-        nonlocal weights
-        weights = weights if weights is not None else build_model(specs_of(cfg, info), network_of(cfg)).state_dict()
+        acting = weights if weights is not None else build_model(specs_of(cfg, info), network_of(cfg)).state_dict()
         for _ in range(2):  # warm-up: actor construction, first weights
-            pool.collect(0, weights)
+            pool.collect(0, acting)
         steps, start = 0, time.perf_counter()
         busy = 0.0
         for _ in range(requests):
-            rollouts = pool.collect(0, weights)
+            rollouts = pool.collect(0, acting)
             steps += sum(r.steps for r in rollouts)
             busy += max(r.collect_seconds for r in rollouts)
         wall = time.perf_counter() - start
