@@ -26,6 +26,7 @@ from marl.models import build_model, network_of
 from marl.normalize import RewardScaler
 from marl.off_policy import ReplayTraining
 from marl.on_policy import OnPolicyTraining
+from marl.optim import clip_grad_norm_
 from marl.policies import PolicySpec, specs_of
 from marl.sharding import MIN_BLOCK_PARAMS, parallelize
 from marl.specs import trajectory_fields, tree_map
@@ -121,8 +122,7 @@ class Learner:
             opt.zero_grad(set_to_none=True)
         loss.backward()
         opt = self.optimizers[phase]
-        params = [p for group in opt.param_groups for p in group["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        grad_norm = clip_grad_norm_([p for group in opt.param_groups for p in group["params"]], self.cfg.max_grad_norm)
         if self.sharded:
             grad_norm = grad_norm.full_tensor()  # the global norm over every rank's shards
         if not torch.isfinite(grad_norm):

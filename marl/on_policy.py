@@ -7,6 +7,8 @@ all-reduce): every rank calls it, in the same order.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.distributed as dist
 
@@ -46,18 +48,24 @@ class OnPolicyTraining:
             raise RuntimeError(f"batches of {counts.tolist()} samples per rank are too small for {K} minibatches")
         # A policy whose agents made too few valid steps this iteration (agents that left early) sits it out.
         specs = [s for s in self.specs if sizes[s.name]]
-        data = {}
-        for spec in specs:
-            n = samples[spec.name]["values"].shape[0]
-            perm = torch.randperm(n, generator=self.cut_generator)[: sizes[spec.name]].to(self.device)
-            data[spec.name] = tree_map(lambda v: v[perm], samples[spec.name])
+        cut = {s.name: torch.randperm(samples[s.name]["values"].shape[0], generator=self.cut_generator)[: sizes[s.name]]
+               for s in specs}
         metrics = self._explained_variance(samples)
-        totals: dict[str, torch.Tensor] = {}
-        count = 0
+        stats: list[dict[str, torch.Tensor]] = []
         for epoch in range(algo.epochs):
+            batches = algo.minibatches({name: sizes[name] for name in cut}, K, self.generator)
+            # One gather per field and pass, in the pass's order (the cut, then the minibatches one
+            # after another): each minibatch is then a slice of it. A gather per minibatch cost more
+            # than the step's arithmetic on the default run.
+            passes, ends = {}, {}
+            for name, c in cut.items():
+                order = c[torch.cat([b[name] for b in batches])].to(self.device)
+                passes[name] = tree_map(lambda v: v[order], samples[name])  # noqa: B023 - applied here, at once
+                ends[name] = [0, *itertools.accumulate(len(b[name]) for b in batches)]
             epoch_kl = torch.zeros((), device=self.device)
-            for k, idx in enumerate(algo.minibatches({name: sizes[name] for name in data}, K, self.generator)):
-                mb = {name: tree_map(lambda v: v[idx[name].to(self.device)], d) for name, d in data.items()}
+            for k in range(len(batches)):
+                mb = {name: tree_map(lambda v: v[ends[name][k]:ends[name][k + 1]], d)  # noqa: B023
+                      for name, d in passes.items()}
                 out = self.forward(mb)
                 loss, step = 0.0, {}
                 for spec in specs:
@@ -66,21 +74,21 @@ class OnPolicyTraining:
                     loss = loss + policy_loss
                     step.update({f"{spec.name}/{k_}": v for k_, v in policy_stats.items()})
                 step["grad_norm"] = learner.step(loss, "policy", f"epoch {epoch + 1}, minibatch {k + 1}")
-                for name, v in step.items():
-                    totals[name] = totals.get(name, 0.0) + v
-                kls = [v for name, v in step.items() if name.endswith("/approx_kl")]
-                if kls:
-                    epoch_kl += torch.stack(kls).mean()
-                count += 1
+                stats.append(step)
+                if cfg.target_kl is not None:
+                    kls = [v for name, v in step.items() if name.endswith("/approx_kl")]
+                    if kls:
+                        epoch_kl += torch.stack(kls).mean()
             if cfg.target_kl is not None:
                 # Every rank must stop after the same epoch, or the next collective deadlocks.
                 dist.all_reduce(epoch_kl, group=self.group)
                 if epoch_kl.item() / (self.world * K) > cfg.target_kl:
                     break
-        metrics.update(per_policy_means(mean_over_ranks({name: v / count for name, v in totals.items()}, self.group,
-                                                        self.device)))
-        used = torch.tensor(sum(int(d["valid"].sum()) if "valid" in d else sizes[name] for name, d in data.items()),
-                            device=self.device)
+        # Averaged once at the end (a running sum was an op per metric per step).
+        means = {name: torch.stack([s[name] for s in stats]).mean() for name in stats[0]}
+        metrics.update(per_policy_means(mean_over_ranks(means, self.group, self.device)))
+        used = torch.tensor(sum(int(samples[name]["valid"][c].sum()) if "valid" in samples[name] else sizes[name]
+                                for name, c in cut.items()), device=self.device)
         dist.all_reduce(used, group=self.group)
         learner.update_obs_stats({name: {"obs": tree_map(lambda v: _valid_steps(s, v), s["obs"]),
                                          **({"state": _valid(s, "state")} if "state" in s else {})}

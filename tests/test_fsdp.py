@@ -220,3 +220,24 @@ def test_two_ranks_take_the_same_step_as_one_for_any_network(network, tmp_path):
                                            rtol=1e-4, atol=1e-4)  # the prior pseudo-count of 1e-4 moves it a little
                 torch.testing.assert_close(rank_result["after"][f"policies.shared.obs_norm.{key}.var"],
                                            x.var(0, unbiased=False), rtol=1e-4, atol=1e-4)
+
+
+def _epochs(rank: int, world: int, target_kl: float, out: str) -> None:
+    cfg = dataclasses.replace(CFG, num_minibatches=2, update_epochs=3, target_kl=target_kl)
+    learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"))
+    if rank == 0:
+        group = LearnerGroup(learner)
+        group.update(make_trajectories(learner.specs), global_step=0)
+        group.stop()
+    else:
+        follow(learner)
+    torch.save(sorted({int(s["step"]) for s in learner.optimizers["policy"].state.values()}), f"{out}.{rank}")
+
+
+@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("target_kl, steps", [(1e-12, 2), (1e9, 6)])
+def test_target_kl_stops_every_rank_after_the_same_epoch(world, target_kl, steps, tmp_path):
+    # 2 minibatches x 3 epochs: a KL past the target after the first epoch leaves 2 optimizer steps.
+    out = str(tmp_path / "steps")
+    run_ranks(_epochs, world, tmp_path, target_kl, out)
+    assert [torch.load(f"{out}.{r}") for r in range(world)] == [[steps]] * world
