@@ -32,7 +32,8 @@ class RolloutWorker:
         self.specs = specs_of(cfg, info)
         # The env packs each policy's agents into arrays of their own: one forward per policy per step.
         env = make_agent_batch(info, cfg.envs_per_actor, [list(s.agents) for s in self.specs])
-        self.runner = EnvRunner(env, self.specs, self.copies, any(s.central for s in self.specs), info.env_id)
+        self.runner = EnvRunner(env, self.specs, self.copies, any(s.central for s in self.specs), info.env_id,
+                                 info.turn_based)
         self.policy = build_model(self.specs, network_of(cfg)).eval()
         self.after = ALGORITHMS[cfg.algo].off_policy
         self.version = -1

@@ -29,10 +29,13 @@ MAX_EPISODE_STEPS = 100_000
 
 
 class EnvRunner:
-    def __init__(self, env, specs, copies: int, central: bool = False, name: str = "the env"):
+    def __init__(self, env, specs, copies: int, central: bool = False, name: str = "the env", turn_based: bool = True):
         """`central`: read the env's global state each step (a centralized critic's input); `name`
-        (the env id) for errors."""
+        (the env id) for errors; `turn_based`: agents may wait mid-episode for their turn (envs.aec),
+        so that rewards and ends reach a slot between its moves; False (EnvInfo.turn_based says so)
+        skips that bookkeeping, a few ops of every step."""
         self.env, self.specs, self.copies, self.central, self.name = env, specs, copies, central, name
+        self.turn_based = turn_based
 
     def _observe(self, obs) -> None:
         """The env's arrays for the current step as tensors (no copies), the agent-id leaf added."""
@@ -102,10 +105,11 @@ class EnvRunner:
                 done = term_g | trunc_g
                 for r in recorders:
                     r.step(t, g, r_t, term_g, trunc_g, valid, done)
-                waiting = ~valid & (opened[g] >= 0)
-                if bool(waiting.any()):
-                    done |= self._close_waiting(recorders, t, g, waiting, opened[g], r_t, te_t, tr_t)
-                opened[g] = torch.where(valid, torch.where(done, -1, t), torch.where(done, -1, opened[g]))
+                if self.turn_based:
+                    waiting = ~valid & (opened[g] >= 0)
+                    if bool(waiting.any()):
+                        done |= self._close_waiting(recorders, t, g, waiting, opened[g], r_t, te_t, tr_t)
+                    opened[g] = torch.where(valid, torch.where(done, -1, t), torch.where(done, -1, opened[g]))
                 if bool(done.any()):
                     for r in recorders:
                         r.episodes(g, done, self.ep_return[g][done], self.ep_length[g][done])

@@ -24,7 +24,7 @@ def play(info, specs, source, episodes: int, seed: int, video: bool = False,
 
     groups = [list(s.agents) for s in specs]
     env = rendering_batch(info, groups) if video else make_agent_batch(info, 1, groups)
-    runner = EnvRunner(env, specs, 1, name=info.env_id)
+    runner = EnvRunner(env, specs, 1, name=info.env_id, turn_based=info.turn_based)
     returns = ReturnsRecorder(specs)
     frames = FrameRecorder(env, episodes) if video else None
     runner.reset(seed)
