@@ -26,6 +26,16 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, next_value: torch.Tensor,
     tail = torch.where(terminated, 0.0, bootstrap_value)  # V_next where the episode ended
     not_done = (~done).to(values.dtype)
     advantages = torch.empty_like(values)
+    if valid is None or bool(valid.all()):
+        # Every step valid: the next valid step is t + 1, so the TD residuals come in one pass and
+        # only the sum runs backwards (the same arithmetic, elementwise, as the loop below).
+        v_next = torch.where(done, tail, torch.cat([values[1:], next_value.unsqueeze(0)]))
+        delta = rewards + gamma * v_next - values
+        carry = gamma * lam * not_done
+        a_after = torch.zeros_like(next_value)
+        for t in reversed(range(T)):
+            a_after = advantages[t] = delta[t] + carry[t] * a_after
+        return advantages, advantages + values
     v_after, a_after = next_value, torch.zeros_like(next_value)  # V and A of the slot's next valid step
     for t in reversed(range(T)):
         v_next = torch.where(done[t], tail[t], v_after)
