@@ -111,10 +111,11 @@ class EnvRunner:
                         done |= self._close_waiting(recorders, t, g, waiting, opened[g], r_t, te_t, tr_t)
                     opened[g] = torch.where(valid, torch.where(done, -1, t), torch.where(done, -1, opened[g]))
                 if bool(done.any()):
+                    ended = done.nonzero(as_tuple=True)  # found once for both reads
                     for r in recorders:
-                        r.episodes(g, done, self.ep_return[g][done], self.ep_length[g][done])
-                    self.ep_return[g][done] = 0.0
-                    self.ep_length[g][done] = 0
+                        r.episodes(g, done, self.ep_return[g][ended], self.ep_length[g][ended])
+                    self.ep_return[g].masked_fill_(done, 0.0)
+                    self.ep_length[g].masked_fill_(done, 0)
                     counted[g] += done
                 # A slot's env resets on the step after it reports done (NEXT_STEP autoreset): the env
                 # says so with active False, as it does for the padding of an agent that left its episode.
