@@ -3,8 +3,10 @@
 Checks out `--before` (a git revision) into a temporary worktree, then runs
 `python train.py --agents 8 --seed S` there and in this tree by turns (before, after, before, ...),
 each to its target, and reads each run's result.json: the training loop's agent-steps per second
-(`steps / seconds`, from the first rollout to the end; start-up not counted) and the step it solved at.
-Prints each pair's ratio (after / before) and the median over pairs. The machine's speed drifts
+(`steps / seconds`, from the first rollout to the end; start-up not counted) and the step it solved at,
+and the median iteration's agent-steps/s (`iteration_rate`: robust to a few slow seconds of a shared
+machine, which swing whole-run ratios by 20%). Prints each pair's ratios (after / before) and their
+medians over pairs. The machine's speed drifts
 between hours, so only the ratios of one invocation compare; run nothing else beside it.
 
     python bench/before_after.py --before 8f4dfff --pairs 5
@@ -27,8 +29,21 @@ sys.path.insert(0, str(ROOT))
 from marl.result import load  # noqa: E402  (result.json's schema is older than this bench: read what both write)
 
 
-def run(tree: Path, seed: int, logdir: str, name: str) -> tuple[float, int, str]:
-    """(agent-steps/s of the training loop, the step it ended at, why it ended) of one default run in `tree`."""
+def iteration_rate(run_dir: Path) -> float:
+    """The median over a run's iterations of agent-steps / wall time, each iteration from its logged
+    point to the next (TensorBoard's wall time of `charts/SPS`): the loop's speed with the seconds
+    the shared machine lost to others mostly left out, as they fall on a few iterations."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    points = acc.Scalars("charts/SPS")
+    return statistics.median((b.step - a.step) / (b.wall_time - a.wall_time) for a, b in zip(points, points[1:]))
+
+
+def run(tree: Path, seed: int, logdir: str, name: str) -> tuple[float, float, int, str]:
+    """(agent-steps/s of the training loop, its median iteration's, the step it ended at, why it ended)
+    of one default run in `tree`."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "train.py", "--agents", "8", "--seed", str(seed), "--logdir", logdir, "--run-name", name]
     out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
@@ -36,7 +51,7 @@ def run(tree: Path, seed: int, logdir: str, name: str) -> tuple[float, int, str]
         sys.stderr.write(out.stdout[-2000:] + out.stderr[-2000:])
         raise SystemExit(f"before_after: train.py failed in {tree}")
     result = load(Path(logdir) / name)
-    return result.steps / result.seconds, result.global_step, result.reason
+    return result.steps / result.seconds, iteration_rate(Path(logdir) / name), result.global_step, result.reason
 
 
 def main() -> None:
@@ -50,16 +65,19 @@ def main() -> None:
         subprocess.run(["git", "worktree", "add", "--detach", str(before), args.before], cwd=ROOT, check=True,
                        capture_output=True)
         try:
-            ratios = []
+            ratios, per_iteration = [], []
             for seed in range(1, args.seeds + 1):
                 for i in range(args.pairs):
-                    b, b_step, b_why = run(before, seed, tmp, f"before-{seed}-{i}")
-                    a, a_step, a_why = run(ROOT, seed, tmp, f"after-{seed}-{i}")
+                    b, b_it, b_step, b_why = run(before, seed, tmp, f"before-{seed}-{i}")
+                    a, a_it, a_step, a_why = run(ROOT, seed, tmp, f"after-{seed}-{i}")
                     ratios.append(a / b)
+                    per_iteration.append(a_it / b_it)
                     print(f"seed {seed} pair {i + 1}: before {b:,.0f} steps/s ({b_why} at {b_step:,}) | "
-                          f"after {a:,.0f} steps/s ({a_why} at {a_step:,}) | after/before {a / b:.3f}", flush=True)
-            print(f"training loop, after/before: median {statistics.median(ratios):.3f} over {len(ratios)} pairs "
-                  f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
+                          f"after {a:,.0f} steps/s ({a_why} at {a_step:,}) | after/before {a / b:.3f} | "
+                          f"median iteration {b_it:,.0f} -> {a_it:,.0f} steps/s, {a_it / b_it:.3f}", flush=True)
+            for what, r in (("training loop", ratios), ("median iteration", per_iteration)):
+                print(f"{what}, after/before: median {statistics.median(r):.3f} over {len(r)} pairs "
+                      f"(min {min(r):.3f}, max {max(r):.3f})")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True)
 
