@@ -29,7 +29,6 @@ import torch  # noqa: E402
 
 from collect_throughput import measure_actors  # noqa: E402 - bench/collect_throughput.py
 from envs import describe  # noqa: E402
-from envs.spaces import env_action  # noqa: E402
 from envs.vmas_backend import make_vmas, reset_copies  # noqa: E402
 from marl import distributions  # noqa: E402
 from marl.config import Config, validate  # noqa: E402
@@ -60,7 +59,7 @@ def one_process(cfg: Config, info, weights: dict, seconds: float) -> float:
                 pi = distributions.make(spec.action, params)
                 a = pi.to_env(pi.sample(generator)[0]).reshape(copies, len(spec.agents), *spec.action.shape)
                 for k, j in enumerate(spec.agents):
-                    actions[j] = torch.from_numpy(env_action(spec.action, a[:, k].numpy(), (copies,)))
+                    actions[j] = spec.action.space.to_env_tensor(spec.action, a[:, k])
             obs, _, terminated, truncated, _ = env.step(actions)
             steps += int((~done).sum()) * n  # a resetting copy's step is no transition
             if bool(done.any()):

@@ -3,7 +3,8 @@
 Every batch (this one, `envs.pettingzoo_batch.PettingZooBatch` and `envs.vmas_backend.VmasBatch`) speaks the same protocol
 (typed as `envs.protocol.AgentBatch`; tests/test_backends.py checks each backend's against its raw env).
 Agents are split into groups (indices in agent order; one group per policy; a group's agents
-share one AgentSpec), and every array comes as a list with one entry per group:
+share one AgentSpec), and every array comes as a list with one entry per group (NumPy arrays; a
+torch batch's tensors on its `device`, envs.protocol.AgentBatch):
 
     reset(seed) -> obs                                 obs[g]: {leaf name: (copies, n_g, *leaf.shape)}
                                                        in each leaf's dtype (envs.spaces.Leaf)

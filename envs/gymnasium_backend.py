@@ -88,6 +88,7 @@ class Gymnasium:
 
     prefix = ""
     own_agents = False  # --agents copies
+    on_device = False  # NumPy arrays
 
     def claims(self, env_id: str) -> bool:
         return True

@@ -209,7 +209,7 @@ class Index(LeafKind):
     @classmethod
     def read_tensor(cls, leaf: Leaf, x: torch.Tensor) -> torch.Tensor:
         x = x.reshape(x.shape[0], *leaf.shape).long()
-        return x - torch.tensor(leaf.start).reshape(leaf.shape) if any(leaf.start) else x
+        return x - torch.tensor(leaf.start, device=x.device).reshape(leaf.shape) if any(leaf.start) else x
 
     @classmethod
     def width(cls, leaf: Leaf) -> int:

@@ -54,6 +54,7 @@ class PettingZooParallel:
 
     prefix = PETTINGZOO_PREFIX
     own_agents = True  # possible_agents
+    on_device = False  # NumPy arrays
     maker = "parallel_env"
 
     def claims(self, env_id: str) -> bool:

@@ -45,7 +45,11 @@ class ParallelEnv(Protocol):
 
 
 class AgentBatch(Protocol):
-    """`copies` copies of an env as lists with one array per group of agents (envs/batched.py's module doc)."""
+    """`copies` copies of an env as lists with one array per group of agents (envs/batched.py's module doc).
+
+    A batch of a backend that steps on a torch device (`Backend.on_device`: VMAS) has a `device`
+    attribute, and speaks the same protocol in torch tensors on that device, actions included: no
+    NumPy between the env and the policy."""
 
     active: list[np.ndarray]  # [g]: (copies, n_g) bool, the slot's NEXT step is a real transition
     masks: list[np.ndarray | None]  # [g]: (copies, n_g, mask_size) bool legal actions, or None
@@ -72,6 +76,7 @@ class Backend(Protocol):
 
     prefix: str
     own_agents: bool  # the env decides its agents (a game's seats), rather than being --agents copies of one
+    on_device: bool  # its batches are torch tensors on a device make_batch is given (VMAS), not NumPy arrays
 
     def claims(self, env_id: str) -> bool: ...
 
@@ -82,8 +87,9 @@ class Backend(Protocol):
     def make_env(self, env_id: str, agents: int | None, **kwargs) -> ParallelEnv:
         """One copy in the Parallel form (dicts keyed by agent), for users, evaluation and tests."""
 
-    def make_batch(self, info: EnvInfo, copies: int, groups: list[list[int]]) -> AgentBatch:
-        """`copies` copies in the grouped array form the actors step."""
+    def make_batch(self, info: EnvInfo, copies: int, groups: list[list[int]], device: str = "cpu") -> AgentBatch:
+        """`copies` copies in the grouped array form the actors step; `device` where it steps
+        (only a backend `on_device` takes another than the CPU)."""
 
 
 def check_split(groups: list[list[int]], agent_ids) -> None:

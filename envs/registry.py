@@ -21,7 +21,7 @@ from envs.vmas_backend import Vmas
 BACKENDS: tuple[Backend, ...] = (PettingZooParallel(), PettingZooTurnBased(), Vmas(), Gymnasium())
 
 __all__ = ["BACKENDS", "PETTINGZOO_PREFIX", "REGISTER_ON_IMPORT", "EnvError", "EnvInfo", "backend", "check_groups", "decides_agents", "describe",
-           "make_agent_batch", "make_env", "pettingzoo_factory", "pettingzoo_module", "resolve"]
+           "make_agent_batch", "make_env", "on_device", "pettingzoo_factory", "pettingzoo_module", "resolve"]
 
 
 def backend(env_id: str) -> Backend:
@@ -58,7 +58,19 @@ def check_groups(info: EnvInfo, groups: list[list[int]]) -> None:
             raise ValueError(f"group {[info.agent_ids[i] for i in g]} mixes agents with different spaces")
 
 
-def make_agent_batch(info: EnvInfo, copies: int, groups: list[list[int]]) -> AgentBatch:
-    """The grouped array form the actors step: `copies` env copies, arrays per group of agents."""
+def on_device(env_id: str) -> bool:
+    """The env steps on a torch device as a batch of tensors (VMAS), so that an actor with a GPU runs
+    it there beside its policy (marl.launch.actor_device)."""
+    return backend(env_id).on_device
+
+
+def make_agent_batch(info: EnvInfo, copies: int, groups: list[list[int]], device="cpu") -> AgentBatch:
+    """The grouped array form the actors step: `copies` env copies, arrays per group of agents, on
+    `device` (a torch device's name or object; CPU for every backend that is not `on_device`)."""
     check_groups(info, groups)
-    return backend(info.env_id).make_batch(info, copies, groups)
+    b = backend(info.env_id)
+    if b.on_device:
+        return b.make_batch(info, copies, groups, device)
+    if str(device) != "cpu":
+        raise ValueError(f"{info.env_id} steps NumPy arrays on the CPU, not on {device}")
+    return b.make_batch(info, copies, groups)

@@ -102,7 +102,7 @@ class ActionSpace:
 
         x = x.long()
         if any(spec.start):
-            x = x + torch.tensor(spec.start).reshape(spec.shape)
+            x = x + torch.tensor(spec.start, device=x.device).reshape(spec.shape)
         return x.reshape(-1, *spec.env_shape)
 
     @classmethod
@@ -178,7 +178,7 @@ class BoxActions(ActionSpace):
         import torch
 
         x = x.reshape(x.shape[0], -1).float()
-        x = torch.minimum(torch.maximum(x, torch.tensor(spec.low)), torch.tensor(spec.high))
+        x = torch.minimum(torch.maximum(x, torch.tensor(spec.low, device=x.device)), torch.tensor(spec.high, device=x.device))
         return x.reshape(-1, *spec.env_shape)
 
     @classmethod
@@ -291,6 +291,11 @@ def leaf_array(leaf: Leaf, obs, lead: tuple[int, ...]) -> np.ndarray:
     """The leaf's values from an observation with leading axes `lead` (a vector env's stacked one,
     or one agent's with lead ()), in the leaf's storage dtype and shape."""
     return leaf.kind_class.read(leaf, np.asarray(_get(obs, leaf.path)), lead)
+
+
+def leaf_tensor(leaf: Leaf, obs, copies: int):
+    """`leaf_array` of a torch env's observation with one leading axis (`copies`), in torch on its device."""
+    return leaf.kind_class.read_tensor(leaf, _get(obs, leaf.path).reshape(copies, *leaf.shape))
 
 
 def mask_array(spec: AgentSpec, obs, info, lead: tuple[int, ...]) -> np.ndarray | None:

@@ -13,10 +13,11 @@ array protocol of `envs.batched` (see its module doc) with these specifics:
   actions are ignored, its rewards are 0 and its flags False, and it returns the new episode's first
   observation. VMAS steps every copy at once, so a resetting copy is stepped too and then reset; only
   its reset is seen. Copies that end together reset in one batched call (`reset_copies`).
-- Observations and rewards are VMAS's tensors, read as NumPy views of the same memory on the CPU and
-  packed per policy with one stack over its agents (one copy, as every backend's packing); each agent's
-  actions go to VMAS as one tensor of all copies. `continuous_actions` (default True) chooses Box or Discrete
-  actions, as VMAS's `make_env` does.
+- A torch batch (`Vmas.on_device`): it steps on the device it is made for (an actor's GPU where it has
+  one, the CPU here) and speaks the protocol in tensors on it. Observations are packed per policy with one
+  stack over its agents (one copy, as every backend's packing); each agent's actions go to VMAS as one
+  tensor of all copies. `continuous_actions` (default True) chooses Box or Discrete actions, as VMAS's
+  `make_env` does.
 - Seeding: reset(seed=s) seeds VMAS's generators, which VMAS keeps apart from torch's, NumPy's and
   Python's global ones (one set per process, shared by its VMAS envs).
 - state(): VMAS has no global state: every agent's observation in agent order, then an alive mask
@@ -33,7 +34,7 @@ import torch
 
 from envs.info import EnvError, EnvInfo, one_line, spec_of
 from envs.protocol import check_split
-from envs.spaces import AgentSpec, env_action, leaf_array
+from envs.spaces import AgentSpec, leaf_tensor
 
 VMAS_PREFIX = "vmas:"
 MAX_STEPS = 100
@@ -62,8 +63,8 @@ def gymnasium_space(space) -> gym.Space:
     raise EnvError(f"VMAS space {space} has no Gymnasium counterpart marl reads")
 
 
-def make_vmas(env_id: str, copies: int, env_kwargs: dict[str, Any], seed: int | None = None):
-    """The VMAS env of `copies` copies, every way it can fail as one EnvError line."""
+def make_vmas(env_id: str, copies: int, env_kwargs: dict[str, Any], seed: int | None = None, device="cpu"):
+    """The VMAS env of `copies` copies on `device`, every way it can fail as one EnvError line."""
     vmas = _vmas()
     scenario = env_id[len(VMAS_PREFIX):]
     if scenario not in vmas.scenarios:
@@ -71,7 +72,7 @@ def make_vmas(env_id: str, copies: int, env_kwargs: dict[str, Any], seed: int | 
     # VMAS renders rgb_array frames whatever it is built with; a scenario would take render_mode for its own kwarg.
     kwargs = {"max_steps": MAX_STEPS, **{k: v for k, v in env_kwargs.items() if k != "render_mode"}}
     try:
-        return vmas.make_env(scenario, num_envs=copies, device="cpu", seed=seed, terminated_truncated=True,
+        return vmas.make_env(scenario, num_envs=copies, device=device, seed=seed, terminated_truncated=True,
                              dict_spaces=False, **kwargs)
     except Exception as e:  # noqa: BLE001 - a scenario rejects a kwarg its own way
         raise EnvError(f"env id {env_id!r}: vmas.make_env(**{env_kwargs!r}) failed ({type(e).__name__}: {one_line(e)}); "
@@ -94,6 +95,7 @@ class Vmas:
 
     prefix = VMAS_PREFIX
     own_agents = True
+    on_device = True  # VMAS steps its copies as tensors on a torch device
 
     def claims(self, env_id: str) -> bool:
         return True
@@ -117,51 +119,53 @@ class Vmas:
     def make_env(self, env_id: str, agents: int | None, **kwargs):
         raise EnvError(f"{env_id} is a batched VMAS env: step it with envs.make_agent_batch (one env of N copies)")
 
-    def make_batch(self, info: EnvInfo, copies: int, groups: list[list[int]]) -> VmasBatch:
-        return VmasBatch(info, copies, groups)
+    def make_batch(self, info: EnvInfo, copies: int, groups: list[list[int]], device="cpu") -> VmasBatch:
+        return VmasBatch(info, copies, groups, device)
 
 
 class VmasBatch:
-    """`copies` copies of a VMAS scenario as one VMAS env, in the grouped arrays of `envs.batched`."""
+    """`copies` copies of a VMAS scenario as one VMAS env on `device`, in the grouped form of
+    `envs.batched`, every array a torch tensor on that device."""
 
-    def __init__(self, info: EnvInfo, copies: int, groups: list[list[int]]):
+    def __init__(self, info: EnvInfo, copies: int, groups: list[list[int]], device="cpu"):
         self.copies, self.info = copies, info
-        self.env = make_vmas(info.env_id, copies, info.kwargs)
+        self.device = torch.device(device)
+        self.env = make_vmas(info.env_id, copies, info.kwargs, device=self.device)
         self.groups = [list(g) for g in groups]
         check_split(self.groups, info.agent_ids)
         self.specs: tuple[AgentSpec, ...] = info.specs
         self.masks = [None] * len(self.groups)
         self.state_dim = info.state_dim
-        self._resetting = torch.zeros(copies, dtype=torch.bool)  # the copy's next step is a reset step
-        self._flat: list[np.ndarray] = []  # each agent's current observation, its leaves flat (state())
+        self._resetting = torch.zeros(copies, dtype=torch.bool, device=self.device)  # the copy's next step is a reset
+        self._flat: list[torch.Tensor] = []  # each agent's current observation, its leaves flat (state())
         self.rendered_episode_over = False
 
-    def _pack(self, obs: list) -> list[dict[str, np.ndarray]]:
+    def _pack(self, obs: list) -> list[dict[str, torch.Tensor]]:
         """VMAS's per-agent observations (a tensor [copies, ...], or a dict of them) -> per group
         {leaf: (copies, n_g, ...)}; each agent's leaves, flat, are kept for state()."""
-        leaves = [{leaf.name: leaf_array(leaf, o, (self.copies,)) for leaf in spec.obs} for o, spec in zip(obs, self.specs)]
-        self._flat = [np.concatenate([x.reshape(self.copies, -1) for x in a.values()], axis=1, dtype=np.float32)
-                      for a in leaves]
-        return [{leaf.name: np.stack([leaves[j][leaf.name] for j in g], axis=1) for leaf in self.specs[g[0]].obs}
+        leaves = [{leaf.name: leaf_tensor(leaf, o, self.copies) for leaf in spec.obs} for o, spec in zip(obs, self.specs)]
+        self._flat = [torch.cat([x.reshape(self.copies, -1).float() for x in a.values()], dim=1) for a in leaves]
+        return [{leaf.name: torch.stack([leaves[j][leaf.name] for j in g], dim=1) for leaf in self.specs[g[0]].obs}
                 for g in self.groups]
 
-    def _per_group(self, x: np.ndarray) -> list[np.ndarray]:
+    def _per_group(self, x: torch.Tensor) -> list[torch.Tensor]:
         """(copies, agents) -> per group (copies, n_g)."""
         return [x[:, g] for g in self.groups]
 
-    def reset(self, seed: int | None) -> list[dict[str, np.ndarray]]:
+    def reset(self, seed: int | None) -> list[dict[str, torch.Tensor]]:
         obs = self.env.reset(seed=seed)
         self._resetting[:] = False
         self.rendered_episode_over = False
-        self.active = [np.ones((self.copies, len(g)), dtype=bool) for g in self.groups]
+        self.active = [torch.ones((self.copies, len(g)), dtype=torch.bool, device=self.device) for g in self.groups]
         return self._pack(obs)
 
-    def step(self, actions: list[np.ndarray]):
+    def step(self, actions: list[torch.Tensor]):
         n = len(self.info.agent_ids)
         per_agent: list = [None] * n
         for g, a in zip(self.groups, actions):
             for k, j in enumerate(g):
-                per_agent[j] = torch.from_numpy(np.ascontiguousarray(env_action(self.specs[j].action, a[:, k], (self.copies,))))
+                action = self.specs[j].action
+                per_agent[j] = action.space.to_env_tensor(action, a[:, k])
         obs, rewards, terminated, truncated, _ = self.env.step(per_agent)
         resetting = self._resetting.clone()
         if bool(resetting.any()):
@@ -171,14 +175,13 @@ class VmasBatch:
         term, trunc = terminated & keep, truncated & keep & ~terminated
         self._resetting = term | trunc
         self.rendered_episode_over = bool(self._resetting[0])
-        flags = [np.broadcast_to(f.numpy()[:, None], (self.copies, n)) for f in (term, trunc)]
-        active = np.broadcast_to((~self._resetting).numpy()[:, None], (self.copies, n))
-        self.active = [np.ascontiguousarray(x) for x in self._per_group(active)]
-        return (self._pack(obs), self._per_group(rew.numpy()), *[self._per_group(f) for f in flags], self.active)
+        flags = [f.unsqueeze(1).expand(self.copies, n) for f in (term, trunc)]
+        self.active = self._per_group((~self._resetting).unsqueeze(1).expand(self.copies, n))
+        return (self._pack(obs), self._per_group(rew), *[self._per_group(f) for f in flags], self.active)
 
-    def state(self) -> np.ndarray:
+    def state(self) -> torch.Tensor:
         """(copies, state_dim) float32: every agent's current observation in agent order, then the alive mask."""
-        return np.concatenate([*self._flat, np.ones((self.copies, len(self._flat)), np.float32)], axis=1)
+        return torch.cat([*self._flat, torch.ones((self.copies, len(self._flat)), device=self.device)], dim=1)
 
     def render(self) -> np.ndarray:
         return self.env.render(mode="rgb_array", env_index=0, visualize_when_rgb=False)

@@ -15,11 +15,13 @@ import torch
 from envs import EnvInfo, make_agent_batch
 from marl.algorithms import ALGORITHMS
 from marl.config import Config
+from marl.devices import actor_device
 from marl.models import build_model, network_of
 from marl.policies import sides, specs_of
 from marl.recorders import ReturnsRecorder, TrajectoryRecorder
 from marl.runner import EnvRunner
 from marl.sources import PolicySource, SeatSource, SnapshotSource
+from marl.specs import tree_map
 from marl.trajectory import Rollout
 
 
@@ -30,33 +32,35 @@ class RolloutWorker:
         self.cfg, self.info, self.index = cfg, info, index
         self.copies = cfg.envs_per_actor
         self.specs = specs_of(cfg, info)
+        # The CPU, or where a batched torch env steps on this actor's GPU: env, policy and buffers together.
+        self.device = actor_device(info)
         # The env packs each policy's agents into arrays of their own: one forward per policy per step.
-        env = make_agent_batch(info, cfg.envs_per_actor, [list(s.agents) for s in self.specs])
+        env = make_agent_batch(info, cfg.envs_per_actor, [list(s.agents) for s in self.specs], self.device)
         self.runner = EnvRunner(env, self.specs, self.copies, any(s.central for s in self.specs), info.env_id,
                                  info.turn_based)
-        self.policy = build_model(self.specs, network_of(cfg)).eval()
+        self.policy = build_model(self.specs, network_of(cfg)).eval().to(self.device)
         self.after = ALGORITHMS[cfg.algo].off_policy
         self.version = -1
         # Each actor's envs and sampling get their own stream, all derived from the run's seed.
         seed = cfg.seed * 100_003 + 7_919 * (index + 1) + 1_000_003 * seed_offset
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator(self.device).manual_seed(seed)
         self.source = PolicySource(self.policy, self.specs, self.copies, self.generator)
         self.recorder = TrajectoryRecorder(self.specs, self.copies, self.source.state_sizes, cfg.seq_len,
-                                           cfg.norm_reward, cfg.gamma)
+                                           cfg.norm_reward, cfg.gamma, self.device)
         # --opponents pool: the frozen snapshots this actor holds, the one it plays this request, and
         # per env copy the side (marl.policies.sides) that snapshot plays in the current game (-1: none).
         self.snapshots: dict[int, dict] = {}
         self.opponent_id: int | None = None
         if cfg.opponents == "pool":
             with torch.random.fork_rng(devices=[]):  # its weights come from the pool: leave the global stream alone
-                frozen = build_model(self.specs, network_of(cfg)).eval()
+                frozen = build_model(self.specs, network_of(cfg)).eval().to(self.device)
             self.frozen = SnapshotSource(frozen, self.specs, self.copies, self.generator)
             self.versus = SeatSource(self.source, self.frozen, self._frozen)
-        self.frozen_side = torch.full((self.copies,), -1, dtype=torch.int64)
+        self.frozen_side = torch.full((self.copies,), -1, dtype=torch.int64, device=self.device)
         # Per policy, [sides + 1, its agents]: which of them each side holds; the last row (side -1) holds
         # none. Sliced per policy once here, since _frozen reads it twice a step.
         teams = sides(self.specs, info.agent_ids)
-        members = torch.zeros((len(teams) + 1, len(info.agent_ids)), dtype=torch.bool)
+        members = torch.zeros((len(teams) + 1, len(info.agent_ids)), dtype=torch.bool, device=self.device)
         for k, (_, agents) in enumerate(teams):
             members[k, list(agents)] = True
         self._members = [members[:, list(s.agents)] for s in self.specs]
@@ -77,8 +81,8 @@ class RolloutWorker:
         if self.opponent_id is None:
             self.frozen_side[copies] = -1
             return
-        draw = torch.rand(self.copies, generator=self.generator) < self.cfg.pool_prob
-        side = torch.randint(self._sides, (self.copies,), generator=self.generator)
+        draw = torch.rand(self.copies, generator=self.generator, device=self.device) < self.cfg.pool_prob
+        side = torch.randint(self._sides, (self.copies,), generator=self.generator, device=self.device)
         self.frozen_side = torch.where(copies, torch.where(draw, side, -1), self.frozen_side)
 
     def _frozen(self, g: int) -> torch.Tensor:
@@ -89,7 +93,7 @@ class RolloutWorker:
         """Every env copy starts a new episode: no recurrent state, no discounted return carried over.
         (New weights keep the states, as Sample Factory and CleanRL do.)"""
         self.runner.reset(seed)
-        self._draw_opponents(torch.ones(self.copies, dtype=torch.bool))
+        self._draw_opponents(torch.ones(self.copies, dtype=torch.bool, device=self.device))
         self.source.reset()
         self.recorder.reset()
 
@@ -139,6 +143,8 @@ class RolloutWorker:
                         traj["after"]["action_mask"] = run.masks[g].clone()
                     if spec.central:
                         traj["after"]["state"] = critic.clone()
+        if self.device.type != "cpu":  # RPC carries CPU tensors; the learner moves them to its own device
+            trajectories = tree_map(lambda v: v.cpu(), trajectories)
         episodes = returns.finished
         return Rollout(
             trajectories,

@@ -40,16 +40,10 @@ from envs import EnvInfo
 from marl import checkpoint
 from marl.config import Config, UsageError
 from marl.control import HEAL_EXIT, RunControl, StartupClock, StopSignals, Terminated, process_start_time
+from marl.devices import actor_device, device_and_backend  # noqa: F401 - benches import device_and_backend from here
 from marl.errors import AllActorsLost, NonFiniteError
 
 _PR_SET_PDEATHSIG = 1
-
-
-def device_and_backend(local_rank: int) -> tuple[torch.device, str]:
-    """The one place that decides where learners compute: NCCL on cuda:<local_rank>, else gloo on CPU."""
-    if torch.cuda.is_available():
-        return torch.device(f"cuda:{local_rank}"), "nccl"
-    return torch.device("cpu"), "gloo"
 
 
 def learner_ranks(learners: int, world: int) -> list[int]:
@@ -107,9 +101,9 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
     role = role_name(rank, learners)
     _name_process(role)
     is_learner = rank in learners
-    device, backend = device_and_backend(local_rank) if is_learner else (torch.device("cpu"), "gloo")
+    device, backend = device_and_backend(local_rank) if is_learner else (actor_device(info, local_rank), "gloo")
     if device.type == "cuda":
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(device)  # an actor's RolloutWorker reads it back (marl.devices.actor_device)
     torch.set_num_threads(1)  # learners and actors share the cores; small MLPs gain nothing from threads
     if not is_learner:
         # The learner is the serial bottleneck of every iteration; when cores are short, actors yield.

@@ -152,17 +152,17 @@ def sides(specs: tuple[PolicySpec, ...], agent_ids: tuple[str, ...]) -> list[tup
     return [(agent_ids[i], (i,)) for i in specs[0].agents]
 
 
-def agent_ids(spec: PolicySpec, lead: tuple[int, ...]) -> torch.Tensor:
+def agent_ids(spec: PolicySpec, lead: tuple[int, ...], device=None) -> torch.Tensor:
     """The "agent_id" leaf for [*lead, n] slots: each agent's position within its policy."""
-    return torch.arange(len(spec.agents)).expand(*lead, len(spec.agents))
+    return torch.arange(len(spec.agents), device=device).expand(*lead, len(spec.agents))
 
 
-def policy_obs(spec: PolicySpec, arrays: dict, lead: tuple[int, ...]) -> dict[str, torch.Tensor]:
-    """The env's arrays for the policy's [*lead, n] slots as tensors (no copies), with the
-    "agent_id" leaf where the policy reads one."""
-    obs = {k: torch.from_numpy(v) for k, v in arrays.items()}
+def policy_obs(spec: PolicySpec, arrays: dict, lead: tuple[int, ...], device=None) -> dict[str, torch.Tensor]:
+    """The env's arrays (NumPy's, or a torch env's tensors on `device`) for the policy's [*lead, n]
+    slots as tensors (no copies), with the "agent_id" leaf where the policy reads one."""
+    obs = {k: torch.as_tensor(v) for k, v in arrays.items()}
     if spec.agent_id_input:
-        obs["agent_id"] = agent_ids(spec, lead)
+        obs["agent_id"] = agent_ids(spec, lead, device)
     return obs
 
 

@@ -42,15 +42,18 @@ class TrajectoryRecorder(Recorder):
     Kept across rollouts: the buffers, and with `norm_reward` each slot's discounted return so far
     (G = gamma * G + r, restarted after each episode; `reset` restarts it with the envs)."""
 
-    def __init__(self, specs, copies: int, state_sizes: list[int], seq_len: int, norm_reward: bool, gamma: float):
+    def __init__(self, specs, copies: int, state_sizes: list[int], seq_len: int, norm_reward: bool, gamma: float,
+                 device: torch.device | str = "cpu"):
         self.specs, self.copies, self.state_sizes = specs, copies, state_sizes
         self.seq_len, self.norm_reward, self.gamma = seq_len, norm_reward, gamma
+        self.device = device  # the env's and the policy's: the buffers fill where the steps are
         self.buffers: list[dict] = [{} for _ in specs]
         self.capacity = 0
         self.reset()
 
     def reset(self) -> None:
-        self.discounted = [torch.zeros((self.copies, len(s.agents)), dtype=torch.float64) for s in self.specs]
+        self.discounted = [torch.zeros((self.copies, len(s.agents)), dtype=torch.float64, device=self.device)
+                           for s in self.specs]
 
     def begin(self, steps: int) -> None:
         """A new rollout: room for `steps` steps; no chunk states, no late truncations yet."""
@@ -65,7 +68,7 @@ class TrajectoryRecorder(Recorder):
             return
         cap = max(steps, 2 * self.capacity)
         for g, spec in enumerate(self.specs):
-            new = allocate(step_fields(spec, self.norm_reward), (cap, self.copies, len(spec.agents)))
+            new = allocate(step_fields(spec, self.norm_reward), (cap, self.copies, len(spec.agents)), self.device)
             if self.capacity:
                 tree_map(lambda pair: pair[0][: self.capacity].copy_(pair[1]), _zip(new, self.buffers[g]))
             self.buffers[g] = new

@@ -36,23 +36,27 @@ class EnvRunner:
         skips that bookkeeping, a few ops of every step."""
         self.env, self.specs, self.copies, self.central, self.name = env, specs, copies, central, name
         self.turn_based = turn_based
+        # A torch batch (envs.protocol.AgentBatch) gives tensors on its device and takes its actions there;
+        # the runner's own counters live beside them.
+        self.device = getattr(env, "device", torch.device("cpu"))
+        self.on_device = hasattr(env, "device")
 
     def _observe(self, obs) -> None:
         """The env's arrays for the current step as tensors (no copies), the agent-id leaf added."""
-        self.obs = [policy_obs(spec, o, (self.copies,)) for spec, o in zip(self.specs, obs)]
-        self.masks = [None if m is None else torch.from_numpy(m) for m in self.env.masks]
+        self.obs = [policy_obs(spec, o, (self.copies,), self.device) for spec, o in zip(self.specs, obs)]
+        self.masks = [None if m is None else torch.as_tensor(m) for m in self.env.masks]
 
     def state(self) -> torch.Tensor | None:
-        return torch.from_numpy(self.env.state()) if self.central else None
+        return torch.as_tensor(self.env.state()) if self.central else None
 
     def reset(self, seed: int | None) -> None:
         self._observe(self.env.reset(seed=seed))
         # Per slot: its next step is a real transition (not an autoreset step, not a departed agent's padding).
-        self.active = [torch.from_numpy(a.copy()) for a in self.env.active]
-        self.ep_return = [torch.zeros(a.shape, dtype=torch.float64) for a in self.active]
-        self.ep_length = [torch.zeros(a.shape, dtype=torch.int64) for a in self.active]
+        self.active = [torch.as_tensor(a).clone() for a in self.env.active]
+        self.ep_return = [torch.zeros(a.shape, dtype=torch.float64, device=self.device) for a in self.active]
+        self.ep_length = [torch.zeros(a.shape, dtype=torch.int64, device=self.device) for a in self.active]
         # Whether the slot's next step starts an episode (a recurrent policy's state is zeroed then).
-        self.fresh = [torch.ones(a.shape, dtype=torch.bool) for a in self.active]
+        self.fresh = [torch.ones(a.shape, dtype=torch.bool, device=self.device) for a in self.active]
 
     def run(self, source, recorders: list, num_steps: int | None = None, quota: int | None = None,
             foreign: Callable[[int], torch.Tensor] | None = None,
@@ -63,11 +67,11 @@ class EnvRunner:
         `foreign(g)` [copies, n_g]: slots played for someone else (a frozen snapshot's seats), whose steps
         are not valid and whose episodes count only toward the quota. `new_games(copies)`: called with
         the env copies whose next step is a reset, before it."""
-        counted = [torch.zeros(a.shape, dtype=torch.int64) for a in self.active]
+        counted = [torch.zeros(a.shape, dtype=torch.int64, device=self.device) for a in self.active]
         # Per slot, the row of its latest move while the transition it began is still open: a
         # turn-based game's waiting agent (envs.aec) gets its rewards, and its end, at other agents'
         # steps. -1: none open (or the move was its episode's last).
-        opened = [torch.full(a.shape, -1, dtype=torch.int64) for a in self.active]
+        opened = [torch.full(a.shape, -1, dtype=torch.int64, device=self.device) for a in self.active]
         t = 0
         while True:
             if num_steps is not None and t == num_steps:
@@ -85,12 +89,12 @@ class EnvRunner:
                 a = source.act(g, self.obs[g], self.masks[g], self.fresh[g], state)
                 for r in recorders:
                     r.act(t, g, self, a)
-                actions.append(a.env.numpy())
+                actions.append(a.env if self.on_device else a.env.numpy())
             obs, rew, term, trunc, active = self.env.step(actions)
             for r in recorders:
                 r.stepped()
             for g in range(len(self.specs)):
-                r_t, te_t, tr_t = torch.from_numpy(rew[g]), torch.from_numpy(term[g]), torch.from_numpy(trunc[g])
+                r_t, te_t, tr_t = torch.as_tensor(rew[g]), torch.as_tensor(term[g]), torch.as_tensor(trunc[g])
                 valid = self.active[g]
                 if foreign is not None:
                     theirs = foreign(g)
@@ -120,7 +124,7 @@ class EnvRunner:
                 # A slot's env resets on the step after it reports done (NEXT_STEP autoreset): the env
                 # says so with active False, as it does for the padding of an agent that left its episode.
                 # (A slot past its quota stays invalid until the next reset.)
-                self.active[g] = torch.from_numpy(active[g])
+                self.active[g] = torch.as_tensor(active[g])
             if new_games is not None:
                 over = ~torch.stack([a.any(dim=1) for a in self.active]).any(dim=0)
                 if bool(over.any()):

@@ -52,7 +52,9 @@ class PolicySource:
         self.reset()
 
     def reset(self) -> None:
-        self.core = [torch.zeros((self.copies, len(s.agents), size)) for s, size in zip(self.specs, self.state_sizes)]
+        # Beside the policy, whose device its generator shares (marl.devices.actor_device).
+        self.core = [torch.zeros((self.copies, len(s.agents), size), device=self.generator.device)
+                     for s, size in zip(self.specs, self.state_sizes)]
 
     def forward(self, g: int, obs, mask, fresh, state):
         """Policy g's distribution and values [copies, n_g] (None without `critic`), the critic's state

@@ -269,6 +269,19 @@ def _same_obs(got, want, where):
             np.testing.assert_allclose(g[name], w[name], rtol=1e-6, err_msg=f"{where}: agent {j} leaf {name!r}")
 
 
+def _arrays(env, x):
+    """What a batch gave, as NumPy for the comparisons. A torch batch (`device`, envs.protocol.AgentBatch)
+    must give tensors on its device, none of them NumPy: no round trip between a torch env and the policy."""
+    if not hasattr(env, "device") or x is None:
+        return x
+    if isinstance(x, dict):
+        return {k: _arrays(env, v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_arrays(env, v) for v in x)
+    assert isinstance(x, torch.Tensor) and x.device == env.device, f"a torch batch on {env.device} gave {x!r:.80}"
+    return x.cpu().numpy()
+
+
 def _sample(specs, masks, gen):
     actions = []
     for (spec, n), mask in zip(specs, masks):
@@ -298,7 +311,7 @@ def test_every_backend_speaks_the_grouped_array_protocol(env_id, agents, kwargs,
         ParallelReference(info) if info.own_agents else GymReference(info)
     gen = torch.Generator().manual_seed(0)
 
-    obs = env.reset(seed=SEED)
+    obs = _arrays(env, env.reset(seed=SEED))
     _check_obs(obs, specs)
     if ref is not None:
         want, real = ref.reset(SEED)
@@ -307,25 +320,27 @@ def test_every_backend_speaks_the_grouped_array_protocol(env_id, agents, kwargs,
     moves = [[] for _ in range(COPIES)]  # turn-based: (agent, action) of each move, per copy
     truncated = terminated = False
     for t in range(STEPS):
-        acting = np.stack(_per_agent(groups, env.active, n), axis=1)
+        masks = _arrays(env, env.masks)
+        acting = np.stack(_per_agent(groups, _arrays(env, env.active), n), axis=1)
         if info.turn_based:
             assert (acting.sum(1) <= 1).all(), f"step {t}: more than one agent to move in one copy"
-        for m, a in zip(env.masks, env.active):
+        for m, a in zip(masks, _arrays(env, env.active)):
             if m is not None and info.own_agents:
                 assert m[~a].all(), "an agent that does not act has an all-True mask"
-        actions = _sample(specs, env.masks, gen)
+        actions = _sample(specs, masks, gen)
         by_agent = _per_agent(groups, actions, n)
         for c, j in zip(*np.nonzero(acting)):
             moves[c].append((j, by_agent[j][c]))
-        obs, rew, term, trunc, active = env.step(actions)
+        out = env.step([torch.from_numpy(a) for a in actions] if hasattr(env, "device") else actions)
+        assert env.active is out[4]
+        obs, rew, term, trunc, active = _arrays(env, out)
 
         _check_obs(obs, specs)
         for x, (_, k) in zip(rew, specs):
             assert x.shape == (COPIES, k) and x.dtype == np.float32
         for flags in (term, trunc, active):
             assert all(f.shape == (COPIES, k) and f.dtype == bool for f, (_, k) in zip(flags, specs))
-        assert env.active is active
-        state = env.state()
+        state = _arrays(env, env.state())
         assert state.shape == (COPIES, info.state_dim) and state.dtype == np.float32
 
         rew, term, trunc, active = (np.stack(_per_agent(groups, x, n), axis=1) for x in (rew, term, trunc, active))

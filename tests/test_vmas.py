@@ -67,3 +67,38 @@ def test_without_vmas_installed_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "vmas", None)  # `import vmas` raises ImportError, as where it is not installed
     with pytest.raises(EnvError, match=r"pip install -e '\.\[vmas\]'"):
         describe("vmas:navigation")
+
+
+def _actor(device_expected: str):
+    import dataclasses
+
+    import torch
+
+    from envs import describe
+    from marl.actor import RolloutWorker
+    from marl.config import Config
+
+    cfg = dataclasses.replace(Config(), env="vmas:balance", env_kwargs={"n_agents": 2, "max_steps": 20},
+                              critic="central", envs_per_actor=3, num_steps=25)
+    w = RolloutWorker(cfg, describe(cfg.env, None, cfg.env_kwargs), index=0)
+    assert w.device.type == device_expected and w.runner.env.device == w.device
+    assert all(p.device == w.device for p in w.policy.parameters())
+    rollout = w.collect(0, {k: v.cpu() for k, v in w.policy.state_dict().items()})
+    traj = rollout.trajectories["shared"]
+    # 25 steps of 3 copies x 2 agents, one episode ending at 20: every tensor on the CPU for RPC.
+    assert traj["obs"]["obs"].shape[:3] == (25, 3, 2) and traj["state"].shape[:3] == (25, 3, 2)
+    assert all(v.device.type == "cpu" for v in [*traj["obs"].values(), *(x for x in traj.values() if isinstance(x, torch.Tensor))])
+    assert bool(traj["valid"][:20].all()) and not bool(traj["valid"][20].any())  # the autoreset step
+    return w
+
+
+def test_an_actor_steps_vmas_as_tensors_beside_its_policy():
+    pytest.importorskip("vmas")
+    w = _actor("cpu")
+    assert w.runner.on_device  # actions go to VMAS as tensors, observations come back as tensors
+
+
+@pytest.mark.skipif("not __import__('torch').cuda.is_available()")
+def test_on_a_gpu_machine_the_actor_puts_vmas_and_its_policy_on_the_gpu():
+    pytest.importorskip("vmas")
+    _actor("cuda")
