@@ -142,6 +142,26 @@ def test_tanh_gaussian_bounds_its_log_std_smoothly_and_starts_at_0():
     assert raw.grad[2, 1] > 0  # inside the bounds its gradient flows
 
 
+def test_tanh_normal_takes_its_scale_from_the_head_as_torchrls_biased_softplus():
+    """BenchMARL's continuous policy: loc and scale from the network, scale = softplus(x + b) + 0.01
+    with softplus(b) + 0.01 = 1 (a zero output is a scale of 1), then tanh-squashed into the bounds."""
+    spec = ActionSpec("tanh_normal", (3,), (3,), low=TANH.low, high=TANH.high)
+    assert distributions.lookup("tanh_normal").head_size(spec) == 6
+    assert distributions.lookup("tanh_normal").free_params(spec) is None
+    g = torch.Generator().manual_seed(9)
+    mean, raw = torch.randn(256, 3, generator=g), torch.randn(256, 3, generator=g) * 2
+    pi = distributions.make(spec, torch.cat([mean, raw], -1))
+    scale = torch.nn.functional.softplus(raw.double() + math.log(math.expm1(0.99))) + 0.01
+    torch.testing.assert_close(pi.log_std.exp().double(), scale, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(distributions.make(spec, torch.zeros(1, 6)).log_std, torch.zeros(1, 3))
+    u, lp = pi.sample(g)
+    low, high = torch.tensor(TANH.low).double(), torch.tensor(TANH.high).double()
+    ref = td.TransformedDistribution(td.Normal(mean.double(), scale),
+                                     [td.TanhTransform(), td.AffineTransform((high + low) / 2, (high - low) / 2)])
+    exact = low + (torch.tanh(u.double()) + 1) * (high - low) / 2
+    torch.testing.assert_close(lp.double(), ref.log_prob(exact).sum(-1), rtol=1e-4, atol=1e-4)
+
+
 def test_beta_is_torchs_beta_scaled_to_the_bounds():
     """x ~ Beta(softplus(a) + 1, softplus(b) + 1) is stored; the env acts with low + x (high - low).
     Its log-probability and entropy are the env action's: torch's Beta's less / plus log(high - low)."""

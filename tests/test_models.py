@@ -175,7 +175,8 @@ def test_a_custom_module_follows_the_protocol(user_module):
     assert policy.log_std is None and policy(*example_inputs(beta, 0, 2))[0].shape == (2, 6)
 
 
-@pytest.mark.parametrize("kind, head, log_std", [("gaussian", 3, True), ("tanh_gaussian", 3, True), ("beta", 6, False)])
+@pytest.mark.parametrize("kind, head, log_std", [("gaussian", 3, True), ("tanh_gaussian", 3, True), ("tanh_normal", 6, False),
+                                                 ("beta", 6, False)])
 def test_the_distribution_makes_the_head_and_checkpoint_keys_stay(kind, head, log_std):
     box = spec(VEC, action=ActionSpec(kind, (3,), (3,), low=(-1.0,) * 3, high=(1.0,) * 3))
     model = build_model((box,), BUILTIN)

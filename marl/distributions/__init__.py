@@ -9,7 +9,7 @@ the random player's parameters (`base.Distribution`). The tests check each again
 
 The space's default (`--action-dist auto`): Discrete -> categorical (masked), MultiDiscrete ->
 multicategorical (masked), MultiBinary -> bernoulli, Box -> gaussian; a Box may also take
-tanh_gaussian or beta. A new distribution is one module here, imported below.
+tanh_gaussian, tanh_normal (its scale state-dependent) or beta. A new distribution is one module here, imported below.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 
 from envs.spaces import ActionSpec
-from marl.distributions import bernoulli, beta, categorical, epsilon_greedy, gaussian, multicategorical, tanh_gaussian  # noqa: F401 - registers
+from marl.distributions import (bernoulli, beta, categorical, epsilon_greedy, gaussian, multicategorical,  # noqa: F401 - registers
+                                tanh_gaussian, tanh_normal)
 from marl.distributions.base import REGISTRY, Distribution, lookup
 from marl.distributions.tanh_gaussian import LOG_STD_BOUNDS  # noqa: F401 - part of the public names
 

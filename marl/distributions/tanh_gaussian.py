@@ -34,10 +34,15 @@ class TanhGaussian(Gaussian):
 
     def __init__(self, params: torch.Tensor, low: torch.Tensor, high: torch.Tensor):
         mean, raw = params.chunk(2, dim=-1)
-        lo, hi = LOG_STD_BOUNDS
-        super().__init__(torch.cat([mean, lo + (hi - lo) * torch.sigmoid(raw + _LOG_STD_OFFSET)], dim=-1))
+        super().__init__(torch.cat([mean, self.log_std_of(raw)], dim=-1))
         self.low, self.half_range = low.to(mean.dtype), ((high - low) / 2).to(mean.dtype)
         self.log_half_range = torch.log(self.half_range).sum()
+
+    @staticmethod
+    def log_std_of(raw: torch.Tensor) -> torch.Tensor:
+        """The log-std from its raw parameter: bounded smoothly to LOG_STD_BOUNDS."""
+        lo, hi = LOG_STD_BOUNDS
+        return lo + (hi - lo) * torch.sigmoid(raw + _LOG_STD_OFFSET)
 
     @classmethod
     def from_params(cls, spec: ActionSpec, params: torch.Tensor, mask: torch.Tensor | None = None) -> "TanhGaussian":
