@@ -38,6 +38,8 @@ def iteration_rate(run_dir: Path) -> float:
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
     points = acc.Scalars("charts/SPS")
+    if len(points) < 2:
+        return float("nan")  # a run of one iteration has no iteration between two points
     return statistics.median((b.step - a.step) / (b.wall_time - a.wall_time) for a, b in zip(points, points[1:]))
 
 

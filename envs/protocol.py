@@ -51,8 +51,8 @@ class AgentBatch(Protocol):
     attribute, and speaks the same protocol in torch tensors on that device, actions included: no
     NumPy between the env and the policy."""
 
-    active: list[np.ndarray]  # [g]: (copies, n_g) bool, the slot's NEXT step is a real transition
-    masks: list[np.ndarray | None]  # [g]: (copies, n_g, mask_size) bool legal actions, or None
+    active: list  # [g]: (copies, n_g) bool, the slot's NEXT step is a real transition (NumPy, or a torch batch's tensors)
+    masks: list  # [g]: (copies, n_g, mask_size) bool legal actions, or None
     rendered_episode_over: bool  # after step(): the rendered copy's next step is a reset
     state_dim: int
 
@@ -87,9 +87,9 @@ class Backend(Protocol):
     def make_env(self, env_id: str, agents: int | None, **kwargs) -> ParallelEnv:
         """One copy in the Parallel form (dicts keyed by agent), for users, evaluation and tests."""
 
-    def make_batch(self, info: EnvInfo, copies: int, groups: list[list[int]], device: str = "cpu") -> AgentBatch:
-        """`copies` copies in the grouped array form the actors step; `device` where it steps
-        (only a backend `on_device` takes another than the CPU)."""
+    def make_batch(self, info: EnvInfo, copies: int, groups: list[list[int]]) -> AgentBatch:
+        """`copies` copies in the grouped array form the actors step. A backend `on_device` also takes
+        `device=`, where its batch steps (envs.registry.make_agent_batch passes it only to those)."""
 
 
 def check_split(groups: list[list[int]], agent_ids) -> None:

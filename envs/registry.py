@@ -60,7 +60,7 @@ def check_groups(info: EnvInfo, groups: list[list[int]]) -> None:
 
 def on_device(env_id: str) -> bool:
     """The env steps on a torch device as a batch of tensors (VMAS), so that an actor with a GPU runs
-    it there beside its policy (marl.launch.actor_device)."""
+    it there beside its policy (marl.devices.actor_device)."""
     return backend(env_id).on_device
 
 

@@ -2,11 +2,13 @@
 
 Learners: NCCL on cuda:<local_rank> where CUDA is there, else gloo on the CPU. Actors: the CPU, as
 their NumPy envs want (a GPU would only slow a policy's forward over a few dozen rows); an env
-that steps on a torch device as one batch (VMAS: `envs.on_device`) runs on the actor's GPU where
+that steps on a torch device as one batch (VMAS: `envs.registry.on_device`) runs on the actor's GPU where
 the machine has one, its policy beside it, so that nothing crosses between the two.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -23,9 +25,12 @@ def device_and_backend(local_rank: int) -> tuple[torch.device, str]:
 
 def actor_device(info: EnvInfo, local_rank: int | None = None) -> torch.device:
     """Where an actor steps its envs and runs its policy: a GPU where the env steps on one and CUDA
-    is there (the local rank's, modulo the node's GPUs; None: the process's current one, which
-    marl.launch sets from it), else the CPU."""
+    is there (the local rank's, modulo the node's GPUs), else the CPU. `local_rank` None: the
+    process's LOCAL_RANK (torchrun sets it; marl.launch.run_rank sets it for local spawn), 0 without
+    one. Not the current CUDA device: a RolloutWorker is built in an RPC thread, whose current device
+    is cuda:0 whatever the process's main thread set."""
     if not (torch.cuda.is_available() and on_device(info.env_id)):
         return torch.device("cpu")
-    index = torch.cuda.current_device() if local_rank is None else local_rank % torch.cuda.device_count()
-    return torch.device("cuda", index)
+    if local_rank is None:
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    return torch.device("cuda", local_rank % torch.cuda.device_count())

@@ -101,9 +101,10 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
     role = role_name(rank, learners)
     _name_process(role)
     is_learner = rank in learners
+    os.environ["LOCAL_RANK"] = str(local_rank)  # as torchrun does: what marl.devices.actor_device reads in RPC threads
     device, backend = device_and_backend(local_rank) if is_learner else (actor_device(info, local_rank), "gloo")
     if device.type == "cuda":
-        torch.cuda.set_device(device)  # an actor's RolloutWorker reads it back (marl.devices.actor_device)
+        torch.cuda.set_device(device)
     torch.set_num_threads(1)  # learners and actors share the cores; small MLPs gain nothing from threads
     if not is_learner:
         # The learner is the serial bottleneck of every iteration; when cores are short, actors yield.

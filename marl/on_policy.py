@@ -57,23 +57,14 @@ class OnPolicyTraining:
             # One gather per field and pass, in the pass's order (the cut, then the minibatches one
             # after another): each minibatch is then a slice of it. A gather per minibatch cost more
             # than the step's arithmetic on the default run.
-            passes, ends = {}, {}
+            passes, ends = {}, {}  # (nothing else holds the last pass's copy: it goes before this one is made)
             for name, c in cut.items():
-                order = c[torch.cat([b[name] for b in batches])].to(self.device)
+                order = c[torch.cat([b[name] for b in batches]).to(c.device)].to(self.device)
                 passes[name] = tree_map(lambda v: v[order], samples[name])  # noqa: B023 - applied here, at once
                 ends[name] = [0, *itertools.accumulate(len(b[name]) for b in batches)]
             epoch_kl = torch.zeros((), device=self.device)
             for k in range(len(batches)):
-                mb = {name: tree_map(lambda v: v[ends[name][k]:ends[name][k + 1]], d)  # noqa: B023
-                      for name, d in passes.items()}
-                out = self.forward(mb)
-                loss, step = 0.0, {}
-                for spec in specs:
-                    pi, value, m = out[spec.name]
-                    policy_loss, policy_stats = algo.loss(pi.log_prob(m["actions"]), pi.entropy(), value, m)
-                    loss = loss + policy_loss
-                    step.update({f"{spec.name}/{k_}": v for k_, v in policy_stats.items()})
-                step["grad_norm"] = learner.step(loss, "policy", f"epoch {epoch + 1}, minibatch {k + 1}")
+                step = self._minibatch(specs, _slices(passes, ends, k), f"epoch {epoch + 1}, minibatch {k + 1}")
                 stats.append(step)
                 if cfg.target_kl is not None:
                     kls = [v for name, v in step.items() if name.endswith("/approx_kl")]
@@ -94,6 +85,19 @@ class OnPolicyTraining:
                                          **({"state": _valid(s, "state")} if "state" in s else {})}
                                   for name, s in samples.items()})
         return metrics, int(used)
+
+    def _minibatch(self, specs, mb: dict[str, dict], where: str) -> dict[str, torch.Tensor]:
+        """One gradient step on a minibatch of each policy's units, the policies' losses summed;
+        returns its metrics by `<policy>/<name>`, and `grad_norm`."""
+        out = self.forward(mb)
+        loss, step = 0.0, {}
+        for spec in specs:
+            pi, value, m = out[spec.name]
+            policy_loss, policy_stats = self.algorithm.loss(pi.log_prob(m["actions"]), pi.entropy(), value, m)
+            loss = loss + policy_loss
+            step.update({f"{spec.name}/{k}": v for k, v in policy_stats.items()})
+        step["grad_norm"] = self.learner.step(loss, "policy", where)
+        return step
 
     def units(self, trajs: dict[str, dict], pieces: list[tuple[int, int]]) -> dict[str, dict]:
         """Every policy's training units from this rank's trajectories: the algorithm's targets, then
@@ -202,6 +206,11 @@ class OnPolicyTraining:
         out = {f"{name}/explained_variance": ev(*row.tolist()) for name, row in zip(samples, table)}
         out["explained_variance"] = ev(*table.sum(0).tolist())
         return out
+
+
+def _slices(passes: dict[str, dict], ends: dict[str, list[int]], k: int) -> dict[str, dict]:
+    """Minibatch k of a pass: each policy's units from ends[k] to ends[k + 1] (views)."""
+    return {name: tree_map(lambda v: v[ends[name][k]:ends[name][k + 1]], d) for name, d in passes.items()}  # noqa: B023
 
 
 def batch_first(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -81,7 +81,9 @@ class Adam(torch.optim.Adam):
     def step(self, closure=None):
         # What the undecorated step's wrapper does in eager mode (differentiable=False): no autograd.
         with torch.no_grad():
-            if closure is None and self._lists is not None and self._direct():
+            # A GradScaler hands a fused step its scale and inf flag as attributes: torch's own step reads them.
+            scaled = getattr(self, "grad_scale", None) is not None or getattr(self, "found_inf", None) is not None
+            if closure is None and not scaled and self._lists is not None and self._direct():
                 return None
             loss = _ADAM_STEP(self, closure)
             self._lists = self._make_lists()
@@ -105,6 +107,8 @@ class Adam(torch.optim.Adam):
     def _direct(self) -> bool:
         """The fused kernel on every group, as torch.optim.adam._fused_adam calls it; False (nothing
         done) if a parameter has no gradient this step, which the regular step skips."""
+        if len(self._lists) != len(self.param_groups):  # a group appended to param_groups by hand
+            return False
         grads = [[p.grad for p in params] for params, *_ in self._lists]
         if any(g is None for gs in grads for g in gs):
             return False

@@ -435,3 +435,33 @@ def test_pool_prob_zero_keeps_snapshots_and_trains_as_self_play(train):
     assert all(s["games"] == 20 and abs(s["win"] + s["draw"] + s["loss"] - 1) < 1e-9 for s in seats.values())
     bad = evaluate_cli([str(train.logdir / "kept"), "--pool-ids", "0"], timeout=300)
     assert bad.returncode == 2 and "add --opponent pool" in bad.stderr
+
+
+def test_gae_where_only_autoreset_steps_are_invalid_takes_one_pass_with_the_loops_arithmetic():
+    from marl.algorithms.gae import gae
+
+    g = torch.Generator().manual_seed(1)
+    T, S = 16, 5
+    rewards, values = torch.randn(T, S, generator=g), torch.randn(T, S, generator=g)
+    terminated = torch.rand(T, S, generator=g) < 0.15
+    truncated = (torch.rand(T, S, generator=g) < 0.1) & ~terminated
+    bootstrap = torch.where(truncated, torch.randn(T, S, generator=g), 0.0)
+    done = terminated | truncated
+    valid = torch.ones(T, S, dtype=torch.bool)
+    valid[1:] = ~done[:-1]  # NEXT_STEP autoreset: the step after an end is no transition
+    rewards, done = torch.where(valid, rewards, 0.0), done & valid
+    terminated, truncated = terminated & valid, truncated & valid
+    assert not valid.all() and bool(done.any())
+    next_value = torch.randn(S, generator=g)
+    args = (0.97, 0.9)
+    fast = gae(rewards, values, next_value, terminated, truncated, bootstrap, *args, valid)
+    # One more slot in which an agent sits a step out mid-episode sends the same slots through the loop.
+    waits = torch.ones(T, 1, dtype=torch.bool)
+    waits[5] = False
+    extra = lambda x, fill: torch.cat([x, torch.full((T, 1), fill, dtype=x.dtype)], dim=1)  # noqa: E731
+    slow = gae(extra(rewards, 0.0), extra(values, 0.5), torch.cat([next_value, torch.zeros(1)]),
+               extra(terminated, False), extra(truncated, False), extra(bootstrap, 0.0), *args,
+               torch.cat([valid, waits], dim=1))
+    # The loop is checked against the definition above; the one pass must equal it on every valid step.
+    for f, s in zip(fast, slow):
+        assert torch.equal(f[valid], s[:, :S][valid])

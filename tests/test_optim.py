@@ -65,7 +65,7 @@ def test_the_steps_and_the_state_are_torchs_fused_adams_exactly():
     _same_state(fresh.state_dict(), ref_opt.state_dict())
 
 
-def test_clipping_a_gradient_that_is_missing_or_sharded_goes_through_torchs_own():
+def test_clipping_where_a_gradient_is_missing_goes_through_torchs_own():
     net = torch.nn.Linear(3, 2)
     net(torch.ones(1, 3)).sum().backward()
     net.bias.grad = None
@@ -96,3 +96,21 @@ def test_its_steps_never_import_dynamo():
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "no dynamo", out.stdout
+
+
+def test_a_step_a_grad_scaler_scales_is_torchs_own():
+    # torch.amp.GradScaler hands a fused step its scale and inf flag as optimizer attributes.
+    nets = []
+    for cls, kw in ((Adam, {}), (torch.optim.Adam, {"fused": True})):
+        torch.manual_seed(0)
+        net = torch.nn.Linear(3, 2)
+        opt = cls(net.parameters(), lr=1e-2, **kw)
+        for i in range(3):
+            opt.zero_grad()
+            net(torch.ones(4, 3) * (i + 1)).pow(2).sum().backward()
+            if i == 2:
+                opt.grad_scale, opt.found_inf = torch.tensor(4.0), torch.tensor(0.0)
+            opt.step()
+        nets.append(net)
+    for a, b in zip(*(n.parameters() for n in nets)):
+        assert torch.equal(a, b)

@@ -26,9 +26,11 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, next_value: torch.Tensor,
     tail = torch.where(terminated, 0.0, bootstrap_value)  # V_next where the episode ended
     not_done = (~done).to(values.dtype)
     advantages = torch.empty_like(values)
-    if valid is None or bool(valid.all()):
-        # Every step valid: the next valid step is t + 1, so the TD residuals come in one pass and
-        # only the sum runs backwards (the same arithmetic, elementwise, as the loop below).
+    if valid is None or bool((~valid[:-1] | done[:-1] | valid[1:]).all()):
+        # Every valid step that did not end its episode is followed by a valid one (no agent sat a
+        # step out mid-episode; autoreset steps come after ends): the next valid step is t + 1, so
+        # the TD residuals come in one pass and only the sum runs backwards, with the loop's
+        # arithmetic on every valid step (invalid steps' outputs differ, and are meaningless in both).
         v_next = torch.where(done, tail, torch.cat([values[1:], next_value.unsqueeze(0)]))
         delta = rewards + gamma * v_next - values
         carry = gamma * lam * not_done
