@@ -115,6 +115,10 @@ def scatter(fields: dict, agents: int, T: int, seq_len: int, per_rank: int, grou
     others pass None and receive. `fields` is the policy's `marl.specs.trajectory_fields`; every
     one of them goes, in the same order on every rank."""
     shard: dict = {}
+    if dist.get_world_size(group) == 1:  # the whole batch is this rank's: no collective to enter
+        for name, _ in leaves(fields):
+            put(shard, name, get(packed, name).to(device).contiguous())
+        return shard
     for name, (shape, dtype) in leaves(fields):
         length = time_length(name, T, seq_len)
         lead = (length, per_rank, agents) if length is not None else (per_rank, agents)
