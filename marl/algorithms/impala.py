@@ -15,7 +15,9 @@ def impala_loss(new_logprob: torch.Tensor, pg_advantages: torch.Tensor, new_valu
     pg_loss = -(pg_advantages.detach() * new_logprob).mean()
     v_loss = 0.5 * ((vs.detach() - new_value) ** 2).mean()
     ent = entropy.mean()
-    loss = pg_loss + vf_coef * v_loss - ent_coef * ent
+    loss = pg_loss + vf_coef * v_loss
+    if ent_coef:  # without a bonus the entropy stays out of the graph: its backward only added zeros
+        loss = loss - ent_coef * ent
     return loss, {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach()}
 
 

@@ -29,7 +29,8 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     else:
         v_loss = 0.5 * ((new_value - returns) ** 2).mean()
     ent = entropy.mean()
-    loss = pg_loss - ent_coef * ent + vf_coef * v_loss
+    # Without a bonus (the default) the entropy stays out of the graph: its backward only added zeros.
+    loss = (pg_loss - ent_coef * ent if ent_coef else pg_loss) + vf_coef * v_loss
     with torch.no_grad():
         stats = {
             "policy_loss": pg_loss.detach(),
