@@ -37,9 +37,8 @@ class EnvRunner:
         self.env, self.specs, self.copies, self.central, self.name = env, specs, copies, central, name
         self.turn_based = turn_based
         # A torch batch (envs.protocol.AgentBatch) gives tensors on its device and takes its actions there;
-        # the runner's own counters live beside them.
-        self.device = getattr(env, "device", torch.device("cpu"))
-        self.on_device = hasattr(env, "device")
+        # the runner's own counters live beside them. None: a NumPy batch, counters on the CPU.
+        self.device = getattr(env, "device", None)
 
     def _observe(self, obs) -> None:
         """The env's arrays for the current step as tensors (no copies), the agent-id leaf added."""
@@ -89,7 +88,7 @@ class EnvRunner:
                 a = source.act(g, self.obs[g], self.masks[g], self.fresh[g], state)
                 for r in recorders:
                     r.act(t, g, self, a)
-                actions.append(a.env if self.on_device else a.env.numpy())
+                actions.append(a.env.numpy() if self.device is None else a.env)
             obs, rew, term, trunc, active = self.env.step(actions)
             for r in recorders:
                 r.stepped()

@@ -95,7 +95,7 @@ def _actor(device_expected: str):
 def test_an_actor_steps_vmas_as_tensors_beside_its_policy():
     pytest.importorskip("vmas")
     w = _actor("cpu")
-    assert w.runner.on_device  # actions go to VMAS as tensors, observations come back as tensors
+    assert w.runner.device == w.device  # actions go to VMAS as tensors, observations come back as tensors
 
 
 @pytest.mark.skipif("not __import__('torch').cuda.is_available()")
