@@ -102,3 +102,21 @@ def test_an_actor_steps_vmas_as_tensors_beside_its_policy():
 def test_on_a_gpu_machine_the_actor_puts_vmas_and_its_policy_on_the_gpu():
     pytest.importorskip("vmas")
     _actor("cuda")
+
+
+def test_an_actor_takes_the_gpu_of_its_local_rank_only_for_a_torch_env(monkeypatch):
+    # The decision alone, with CUDA pretended: a RolloutWorker is built in an RPC thread, whose current
+    # CUDA device is cuda:0, so the local rank (LOCAL_RANK, set by run_rank) must decide.
+    import types
+
+    import torch
+
+    from marl.devices import actor_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    vmas, gym = types.SimpleNamespace(env_id="vmas:navigation"), types.SimpleNamespace(env_id="CartPole-v1")
+    assert actor_device(vmas) == torch.device("cuda", 1)  # local rank 3 on a node of 2 GPUs
+    assert actor_device(vmas, local_rank=2) == torch.device("cuda", 0)
+    assert actor_device(gym) == torch.device("cpu")  # NumPy envs keep their actors on the CPU
