@@ -101,7 +101,8 @@ def test_an_actor_steps_vmas_as_tensors_beside_its_policy():
 @pytest.mark.skipif("not __import__('torch').cuda.is_available()")
 def test_on_a_gpu_machine_the_actor_puts_vmas_and_its_policy_on_the_gpu():
     pytest.importorskip("vmas")
-    _actor("cuda")
+    w = _actor("cuda")  # (its checks: env, policy and recorder on the GPU, the rollout's tensors on the CPU)
+    assert w.runner.device == w.device and w.recorder.buffers[0]["values"].device == w.device
 
 
 def test_an_actor_takes_the_gpu_of_its_local_rank_only_for_a_torch_env(monkeypatch):
