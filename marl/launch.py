@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import faulthandler
+import gc
 import math
 import os
 import shutil
@@ -97,6 +98,9 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
     """
     # A crash in C++ (RPC, gloo) then leaves every thread's Python stack on stderr, not just a signal number.
     faulthandler.enable()
+    # What this process imported (torch's some 10^5 objects) lives as long as it does: the collector's
+    # full passes of the training loop need not walk it again.
+    gc.freeze()
     learners = learner_ranks(cfg.learners, world)
     role = role_name(rank, learners)
     _name_process(role)
