@@ -252,3 +252,26 @@ def test_a_custom_recurrent_module_follows_the_protocol(user_module):
     assert policy.state_size == 8
     params, value, core = policy(*example_inputs(s, 8, batch=2, steps=3))
     assert params.shape == (6, 3) and value.shape == (6,) and core.shape == (2, 8)
+
+
+@pytest.mark.parametrize("via_sigmoid", [False, True])
+def test_the_mlps_tanh_is_tanh_forward_and_backward_either_way(via_sigmoid):
+    """Both ways of computing the MLPs' tanh (marl.models.activations) against torch.tanh in float64,
+    values and gradients, over the range where tanh bends and where it saturates."""
+    from marl.models.activations import Tanh
+
+    act = Tanh()
+    act.via_sigmoid = via_sigmoid
+    x = torch.linspace(-12, 12, 4097).reshape(17, 241).requires_grad_()
+    y = act(x)
+    grad = torch.rand_like(y)
+    y.backward(grad)
+    ref_x = x.detach().double().requires_grad_()
+    ref = torch.tanh(ref_x)
+    ref.backward(grad.double())
+    assert (y.double() - ref).abs().max().item() < 3e-7
+    assert (x.grad.double() - ref_x.grad).abs().max().item() < 1e-6
+    # Inference (the actors), bf16 and traced exports take torch's own tanh, bit for bit.
+    with torch.no_grad():
+        assert torch.equal(act(x), torch.tanh(x))
+    assert torch.equal(act(x.detach().bfloat16()), torch.tanh(x.detach().bfloat16()))

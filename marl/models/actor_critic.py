@@ -19,17 +19,17 @@ import torch
 from torch import nn
 
 from marl import distributions
+from marl.models.activations import Tanh
 from marl.models.core import Core
 from marl.models.encoders import Encoder, init_layer
 
 
 class MLP(nn.Module):
     """Tanh blocks (or another `activation`), then `head(width)`: the last layer, made after the
-    blocks (their init draws come first). torch's own tanh: with torch 2.13 it took 23 us forward
-    and backward on 1024x64 floats, the 2 * sigmoid(2x) - 1 that an older build had favoured 257 us
-    (docs/results/index.md)."""
+    blocks (their init draws come first). The tanh is marl.models.activations': torch's own, or
+    where that is MKL's generic kernel, the sigmoid form in training."""
 
-    def __init__(self, n_in: int, hidden: tuple[int, ...], head, activation: type[nn.Module] = nn.Tanh):
+    def __init__(self, n_in: int, hidden: tuple[int, ...], head, activation: type[nn.Module] = Tanh):
         super().__init__()
         widths = (n_in, *hidden)
         self.blocks = nn.ModuleList(
