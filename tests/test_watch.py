@@ -55,8 +55,9 @@ def test_evaluate_films_each_episode_of_the_first_agent(train, tmp_path):
         for i in range(im.n_frames):
             im.seek(i)
             durations.append(im.info["duration"])
-    # 1000/30 ms a frame, which GIF's hundredths of a second store as 30 (merged frames round on their own)
-    assert round(sum(durations) / 30) == lengths[0] + 1
+    # 1000/30 ms a frame, which GIF's hundredths of a second store rounded: 30 ms for one frame, 70 for
+    # two merged, 330 for ten. Rounded by less than half a frame, so each duration gives back its count.
+    assert sum(round(d * 30 / 1000) for d in durations) == lengths[0] + 1
 
     # Without the extra, one line that names it.
     blocked = {**os.environ, "PYTHONPATH": str(tmp_path / "no_av")}
