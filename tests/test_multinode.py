@@ -4,7 +4,6 @@ c10d, FSDP2 over gloo across both, a node-1 actor SIGKILLed mid-run, and a secon
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -13,6 +12,7 @@ import time
 
 import torch
 
+from marl import result
 from marl.config import load_toml
 from tests.conftest import ROOT, read_scalars
 
@@ -101,8 +101,7 @@ def test_two_nodes_heal_a_killed_actor_then_a_second_launch_resumes(train):
     # the first one ended at, which can be far past 150. A world healed from an early checkpoint starts
     # every env copy at once, and once its policy is good they reach the 500-step limit together: seen
     # here as 100.4 -> 305.3 in one iteration, when the heal came after iteration 5.
-    reached = float(re.search(r"solved: mean return ([0-9.]+) over", out0).group(1))
-    target = max(200, int(reached) + 20)
+    target = max(200, int(result.load(run).mean_return) + 20)
     out0 = finish(start_nodes(train, "nodes", "--resume", str(run), "--target-return", str(target)))
     assert f"resumed from {run / 'checkpoints'}" in out0 and f"reached {target} at step" in out0
     steps = [s for s, _ in read_scalars(run)["charts/SPS"]]
