@@ -4,7 +4,7 @@ rate and network sizes, one program at a time, alternately, seed by seed, in one
 BenchMARL runs from its own venv (bench/peers/benchmarl_mappo.py says how to make it), its python
 given as a path. Both sides take BenchMARL's yaml defaults for the task (its kwargs passed to marl
 as --env-kwargs), for MAPPO (clip 0.2, no entropy bonus, GAE lambda 0.9, gamma 0.99, no advantage
-normalisation, gradient norm clipped at 5, a constant learning rate, a tanh-squashed Gaussian, a
+normalisation, rewards unscaled, gradient norm clipped at 5, a constant learning rate, a tanh-squashed Gaussian, a
 critic shared by the agents that reads every agent's observation) and for the MLP (256-256, Tanh),
 and these flags: --frames (copy-steps, every agent of a copy acting once: marl's --total-steps is
 that times the agents), --frames-per-batch over --envs copies (marl: 2 actors of --envs/2 copies,
@@ -55,7 +55,7 @@ def marl_flags(task: str, args) -> list[str]:
             "--actors", "2", "--envs-per-actor", str(args.envs // 2), "--num-steps", str(args.frames_per_batch // args.envs),
             "--num-minibatches", str(minibatches), "--update-epochs", str(epochs), "--learning-rate", str(args.lr),
             "--no-anneal-lr", "--gamma", "0.99", "--gae-lambda", "0.9", "--clip-coef", "0.2", "--ent-coef", "0",
-            "--no-norm-adv", "--max-grad-norm", "5", "--total-steps", str(args.frames * kwargs["n_agents"]),
+            "--no-norm-adv", "--no-norm-reward", "--max-grad-norm", "5", "--total-steps", str(args.frames * kwargs["n_agents"]),
             "--target-return", "1e9", "--checkpoint-every", "0"]
 
 

@@ -260,7 +260,7 @@ def prepare(values: dict):
               f"choose keys with --obs-keys", flush=True)
     if not cfg.resume and not {"learning_rate", "norm_obs", "norm_reward"} & values.keys() and any(
             s.action.continuous for s in specs):
-        print("marl: Box actions with CartPole's defaults (learning rate 1e-2, no normalisation) learn poorly; "
+        print("marl: Box actions with CartPole's defaults (learning rate 1e-2, raw observations) learn poorly; "
               "start from a preset: --config configs/pendulum.toml or configs/mujoco.toml", flush=True)
     if not cfg.resume and not cfg.wrappers and cfg.env.startswith("ALE/"):
         print(f"marl: {cfg.env} without --wrappers trains on raw 210x160x3 frames with CartPole's defaults; start "

@@ -27,6 +27,14 @@ def test_validate_fills_machine_dependent_defaults():
     assert validate(Config(), gpus=4).learners == 4
 
 
+@pytest.mark.parametrize("algo", sorted(AlgorithmSection.OFF_POLICY | {"ppo", "appo", "impala"}))
+def test_reward_scaling_defaults_to_the_algorithm_family_and_a_given_value_wins(algo):
+    on_policy = algo not in AlgorithmSection.OFF_POLICY
+    assert validate(parse_args(["--algo", algo]), gpus=0).norm_reward is on_policy
+    assert validate(parse_args(["--algo", algo, "--norm-reward"]), gpus=0).norm_reward is True
+    assert validate(parse_args(["--algo", algo, "--no-norm-reward"]), gpus=0).norm_reward is False
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--agents", "-3"], "--agents must be at least 1 \\(or 0 for the env's own count\\), got -3"),
     (["--agents", "two"], "--agents expects int"),
@@ -201,6 +209,7 @@ num_minibatches = 4
 update_epochs = 10
 max_grad_norm = 10.0
 ent_coef = 0.0
+norm_reward = false
 """
 FLAT_PRESETS = {
     "simple_spread.toml": MPE_FLAT + """env = "pettingzoo:mpe2.simple_spread_v3"
@@ -226,7 +235,8 @@ pool_keep = "history"
 pool_size = 20
 pool_prob = 0.5
 total_steps = 1_000_000
-target_return = 1e9""",
+target_return = 1e9
+norm_reward = false""",
 }
 
 
