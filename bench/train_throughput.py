@@ -4,7 +4,7 @@ marl's figures are `train.py`'s own agent-steps/s (collect + learn + publish, ev
 RPC included) with the default config except a fixed step budget and no early stop, once with
 `--mode sync` and once with `--mode async`. The baseline is the same PPO in one process with no
 RPC, no FSDP and no other process: the same envs in one Gymnasium vector env, the same network,
-the same GAE, loss, minibatches and epochs (CleanRL's shape).
+the same reward scaling, GAE, loss, minibatches and epochs (CleanRL's shape).
 
     python bench/train_throughput.py                        # default config
     python bench/train_throughput.py -- --num-steps 128     # any train.py flags after --, for both modes
@@ -56,12 +56,14 @@ def baseline_rate(steps: int) -> float:
     from envs import describe
     from marl import distributions
     from marl.algorithms import gae, ppo_loss
-    from marl.config import Config
+    from marl.config import Config, validate
     from marl.models.actor_critic import ActorCritic
+    from marl.normalize import RewardScaler
     from marl.policies import specs_of
 
     torch.set_num_threads(1)
-    cfg = dataclasses.replace(Config(), agents=8)
+    cfg = validate(dataclasses.replace(Config(), agents=8), gpus=0)  # the defaults as train.py resolves them
+    scaler = RewardScaler(cfg.clip_reward) if cfg.norm_reward else None  # --norm-reward, on by default for PPO
     info = describe(cfg.env, cfg.agents)
     n = cfg.actors * cfg.envs_per_actor * cfg.agents
     envs = gym.make_vec(cfg.env, num_envs=n, vectorization_mode="vector_entry_point")
@@ -72,21 +74,26 @@ def baseline_rate(steps: int) -> float:
     obs = torch.from_numpy(obs)
     T = cfg.num_steps
     done_prev = torch.zeros(n, dtype=torch.bool)
+    discounted = torch.zeros(n)  # each env's discounted return so far, as an actor slot keeps it
     total, start = 0, time.perf_counter()
     while total < steps:
-        buf = {k: [] for k in ("obs", "act", "logp", "val", "rew", "term", "trunc", "valid")}
+        buf = {k: [] for k in ("obs", "act", "logp", "val", "rew", "term", "trunc", "valid", "ret")}
         with torch.inference_mode():
             for _ in range(T):
                 pd, v, _ = model({"obs": obs})
                 a, lp = distributions.make(spec.action, pd).sample()
                 nobs, r, term, trunc, _ = envs.step(a.numpy())
-                for k, x in zip(buf, (obs, a, lp, v, torch.from_numpy(r), torch.from_numpy(term),
-                                      torch.from_numpy(trunc), ~done_prev)):
+                r = torch.from_numpy(r).float()
+                G = discounted * cfg.gamma + r * ~done_prev
+                for k, x in zip(buf, (obs, a, lp, v, r, torch.from_numpy(term), torch.from_numpy(trunc), ~done_prev, G)):
                     buf[k].append(x)
                 done_prev = torch.from_numpy(term | trunc)
+                discounted = G.masked_fill(done_prev, 0.0)
                 obs = torch.from_numpy(nobs)
             _, next_v, _ = model({"obs": obs})
         b = {k: torch.stack(v) for k, v in buf.items()}
+        if scaler is not None:
+            b["rew"] = scaler(b["rew"], b["ret"], b["valid"], None)
         later = torch.cat([b["val"][1:], next_v[None]])
         adv, ret = gae(b["rew"], b["val"], next_v, b["term"], b["trunc"], torch.where(b["trunc"], later, 0.0),
                        cfg.gamma, cfg.gae_lambda)

@@ -638,6 +638,8 @@ def validate(cfg: Config, *, gpus: int) -> Config:
     if cfg.agents and cfg.rollout != "auto":
         check_batch(cfg, learners)
     run_name = cfg.run_name or f"{cfg.env.replace(':', '_').replace('/', '_')}__{cfg.seed}__{int(time.time())}"
+    # Left None, a Config built by hand and never validated scales nothing (as its --rollout auto means
+    # steps: marl.actor); train.py, marl.train and --resume all come through here.
     norm_reward = cfg.algo not in AlgorithmSection.OFF_POLICY if cfg.norm_reward is None else cfg.norm_reward
     return dataclasses.replace(cfg, learners=learners, run_name=run_name, norm_reward=norm_reward)
 
