@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check for marl: the learner bench on every visible GPU over NCCL (bf16, then fp32 for
-# comparison), then one real end-to-end training run, with a short summary. Exits non-zero on
-# any failure. Sized to take a few minutes on one H200.
+# comparison), then real end-to-end training runs, and VMAS stepped on the actors' GPU beside their
+# policy (where vmas is installed), with a short summary. Exits non-zero on any failure. Sized to
+# take a few minutes on one H200.
 #
 #   bash bench/gpu_check.sh                 # a machine with NVIDIA GPUs (respects CUDA_VISIBLE_DEVICES)
 #   bash bench/gpu_check.sh --allow-cpu     # no GPU: the same steps on CPU with gloo at tiny sizes, bf16 bench only (CI smoke)
@@ -99,6 +100,7 @@ if [[ "$NGPU" -gt 0 ]]; then
     OFF_STEPS=(10000 3000)  # DQN CartPole, SAC Pendulum: replay, targets and every phase's optimizer on the GPU
     OFF_STARTS=200
     PRECISIONS=(bf16 fp32)
+    VMAS_COPIES=1024 VMAS_SPEED=(--envs-per-actor 4096 --requests 5 --one-process-seconds 5)
 elif [[ $ALLOW_CPU -eq 1 ]]; then
     MODE=cpu
     NPROC=2
@@ -112,6 +114,7 @@ elif [[ $ALLOW_CPU -eq 1 ]]; then
     # The CI smoke runs each step of the script once: fp32's bench is bf16's with another flag, and
     # on CPU the bf16/fp32 ratio means nothing.
     PRECISIONS=(bf16)
+    VMAS_COPIES=8 VMAS_SPEED=(--envs-per-actor 64 --num-steps 20 --requests 2 --one-process-seconds 1)
     echo "no usable GPU: --allow-cpu given, running the same steps on CPU with gloo at tiny sizes"
 else
     die "torch.cuda.is_available() is False: this machine has no usable NVIDIA GPU (or this torch has no CUDA, or CUDA_VISIBLE_DEVICES hides them all); pass --allow-cpu to smoke-test on CPU"
@@ -186,6 +189,54 @@ if [[ $MODE == gpu ]]; then  # the mixer fed the env's state, too (kept out of t
     OFF_NAMES+=(qmix)
 fi
 
+# VMAS (issue 26's GPU half): an actor's batched env and its policy on the actor's device (a GPU
+# here), the rollout back on the CPU for RPC; the collection speed against one process on that
+# device; MAPPO end to end. vmas is an extra (`.[vmas]`): where it is missing the summary says so.
+VMAS_LINES=()
+if "$PYTHON" -c "import vmas" >/dev/null 2>&1; then
+    section "VMAS: an actor's env and policy on its device ($MODE)"
+    WANT=$([[ $MODE == gpu ]] && echo cuda || echo cpu)
+    limit 120 "$PYTHON" - "$WANT" <<'EOF' || die "VMAS did not step on the actor's device (above)"
+import dataclasses, sys
+import torch
+from envs import describe
+from marl.actor import RolloutWorker
+from marl.config import Config
+want = sys.argv[1]
+cfg = dataclasses.replace(Config(), env="vmas:balance", env_kwargs={"n_agents": 2, "max_steps": 20}, critic="central",
+                          envs_per_actor=3, num_steps=25)
+w = RolloutWorker(cfg, describe(cfg.env, None, cfg.env_kwargs), index=0)
+traj = w.collect(0, {k: v.cpu() for k, v in w.policy.state_dict().items()}).trajectories["shared"]
+where = {"actor": w.device, "env": w.runner.env.device, "policy": next(w.policy.parameters()).device,
+         "recorder": w.recorder.buffers[0]["values"].device}  # (the recorder's buffers are made at the first step)
+print("devices:", {k: str(v) for k, v in where.items()})
+assert all(d.type == want for d in where.values()), f"wanted every part on {want}"
+tensors = [*traj["obs"].values(), *(x for x in traj.values() if isinstance(x, torch.Tensor))]
+assert all(t.device.type == "cpu" for t in tensors), "a rollout must come back on the CPU for RPC"
+assert bool(traj["valid"][:20].all()) and not bool(traj["valid"][20].any()), "the autoreset step after 20 steps"
+print(f"vmas-device: {want} (25 steps of 3 copies x 2 agents, rollout on the CPU, the autoreset step invalid)")
+EOF
+    VMAS_LINES+=("VMAS on the actor: env, policy and recorder on $WANT, the rollout on the CPU")
+
+    section "VMAS collection: marl's actor against one process on the same device ($MODE)"
+    set +e
+    limit 180 "$PYTHON" bench/vmas_speed.py "${VMAS_SPEED[@]}" 2>&1 | tee "$WORK/vmas_speed.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    [[ $rc -eq 0 ]] || die "bench/vmas_speed.py exited with code $rc"
+    VMAS_LINES+=("VMAS speed: $(grep -E '^ratio' "$WORK/vmas_speed.log" | tail -n 1) | $(head -n 1 "$WORK/vmas_speed.log")")
+
+    # Two actors' batch (num-steps 50 x copies x 3 agents x 2) must split into learners x 8 minibatches.
+    VMAS_ENVS=$VMAS_COPIES
+    while (( 50 * VMAS_ENVS * 3 * 2 % (LEARNERS * 8) != 0 )); do VMAS_ENVS=$((VMAS_ENVS + 1)); done
+    section "VMAS end to end: MAPPO on navigation, $LEARNERS learner(s), $MODE"
+    train_run vmas --env vmas:navigation --env-kwargs '{"n_agents": 3, "max_steps": 50}' --critic central \
+        --learning-rate 5e-4 --actors 2 --envs-per-actor "$VMAS_ENVS" --num-steps 50 --total-steps $((50 * VMAS_ENVS * 3 * 2 * 2))
+    VMAS_LINES+=("train.py vmas: ${FINAL[vmas]}")
+else
+    VMAS_LINES+=("VMAS: SKIPPED, vmas is not installed here (pip install vmas==1.5.2, or carry its wheel with gym, gym-notices, pyglet and six)")
+fi
+
 section "summary ($MODE, $NPROC rank(s), $((SECONDS - START))s in all)"
 for p in "${PRECISIONS[@]}"; do
     line=${RESULT[$p]}
@@ -199,4 +250,5 @@ if [[ -n "${RESULT[fp32]-}" ]]; then
         'BEGIN { if (b > 0) printf "bf16 / fp32 learner throughput: %.2fx\n", a / b }'
 fi
 for name in ppo "${OFF_NAMES[@]}"; do echo "train.py $name: ${FINAL[$name]}"; done
+for line in "${VMAS_LINES[@]}"; do echo "$line"; done
 echo "gpu_check: PASS"

@@ -4,7 +4,8 @@ measured in the same run (`pip install -e '.[vmas]'`).
 The one-process loop is VMAS's own env of all the copies, the same network with the same weights
 acting for every agent slot of a policy in one forward, sampling, and VMAS's step, with finished
 copies reset as marl's backend resets them (`envs.vmas_backend.reset_copies`): no RPC, no other
-process, one thread. Both sides count real transitions only (not a reset step's). marl's number is
+process, one thread, on the device marl's first actor uses (`marl.devices.actor_device`: a GPU where
+the machine has one, else the CPU). Both sides count real transitions only (not a reset step's). marl's number is
 agent-steps per second of those that reach the coordinator: real actor processes over RPC, each
 owning one VMAS env of --envs-per-actor copies, trajectories as tensors, no learning. With --actors A
 the one process steps the A x --envs-per-actor copies as one env (VMAS's own way to scale on a core).
@@ -32,23 +33,25 @@ from envs import describe  # noqa: E402
 from envs.vmas_backend import make_vmas, reset_copies  # noqa: E402
 from marl import distributions  # noqa: E402
 from marl.config import Config, validate  # noqa: E402
+from marl.devices import actor_device  # noqa: E402
 from marl.launch import launch  # noqa: E402
 from marl.models import build_model, network_of  # noqa: E402
 from marl.policies import specs_of  # noqa: E402
 
 
-def one_process(cfg: Config, info, weights: dict, seconds: float) -> float:
-    """Agent-steps/s of one process stepping all the run's copies as one VMAS env with the run's policy."""
+def one_process(cfg: Config, info, weights: dict, seconds: float, device: torch.device) -> float:
+    """Agent-steps/s of one process stepping all the run's copies as one VMAS env with the run's policy,
+    both on `device`."""
     torch.set_num_threads(1)
     copies = cfg.actors * cfg.envs_per_actor
-    env = make_vmas(cfg.env, copies, dict(cfg.env_kwargs), seed=0)
+    env = make_vmas(cfg.env, copies, dict(cfg.env_kwargs), seed=0, device=device)
     specs = specs_of(cfg, info)
-    model = build_model(specs, network_of(cfg))
+    model = build_model(specs, network_of(cfg)).to(device)
     model.load_state_dict(weights)
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator(device).manual_seed(0)
     obs = env.reset(seed=0)
     n = len(info.agent_ids)
-    done = torch.zeros(copies, dtype=torch.bool)
+    done = torch.zeros(copies, dtype=torch.bool, device=device)
     steps, start = 0, time.perf_counter()
     with torch.inference_mode():
         while time.perf_counter() - start < seconds:
@@ -84,7 +87,9 @@ def main() -> int:
     info = describe(cfg.env, None, dict(cfg.env_kwargs))
     cfg = dataclasses.replace(cfg, agents=len(info.agent_ids))
     weights = build_model(specs_of(cfg, info), network_of(cfg)).state_dict()
-    alone = one_process(cfg, info, weights, args.one_process_seconds)
+    # Where marl's first actor steps the env and runs its policy (a GPU where there is one).
+    device = actor_device(info, local_rank=0)
+    alone = one_process(cfg, info, weights, args.one_process_seconds, device)
     result: dict = {}
     code = launch(cfg, info, rank0_main=measure_actors(args.requests, result, weights))
     if code != 0 or "rate" not in result:
@@ -92,7 +97,7 @@ def main() -> int:
         return 1
     slots = cfg.actors * cfg.envs_per_actor * len(info.agent_ids)
     print(f"{cfg.env} {dict(cfg.env_kwargs)}: {cfg.actors} actor(s) x {cfg.envs_per_actor} copies ({slots} agent slots), "
-          f"{cfg.num_steps} steps per request")
+          f"{cfg.num_steps} steps per request, env and policy on {device}")
     print(f"one process, one VMAS env, 1 thread, no RPC: {alone:>12,.0f} agent-steps/s")
     print(f"marl actors over RPC:                        {result['rate']:>12,.0f} agent-steps/s")
     print(f"ratio marl / one process: {result['rate'] / alone:.2f} (target >= 0.90)")

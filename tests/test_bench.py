@@ -50,6 +50,11 @@ def test_gpu_check_runs_on_cpu_when_allowed():
                        cwd=ROOT, env={**os.environ, "PYTHON": sys.executable})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "gpu_check: PASS" in r.stdout
+    # The VMAS steps (the test extra brings vmas): what a GPU machine checks on cuda, here on the CPU.
+    summary = r.stdout[r.stdout.index("=== summary"):]
+    assert "VMAS on the actor: env, policy and recorder on cpu" in summary, summary
+    assert "VMAS speed: ratio marl / one process:" in summary and "env and policy on cpu" in summary, summary
+    assert "train.py vmas: step budget" in summary, summary
 
 
 def test_plot_draws_the_runs_a_bench_kept(tmp_path):
