@@ -87,8 +87,9 @@ def main() -> int:
     info = describe(cfg.env, None, dict(cfg.env_kwargs))
     cfg = dataclasses.replace(cfg, agents=len(info.agent_ids))
     weights = build_model(specs_of(cfg, info), network_of(cfg)).state_dict()
-    # Where marl's first actor steps the env and runs its policy (a GPU where there is one).
-    device = actor_device(info, local_rank=0)
+    # Where marl's first actor steps the env and runs its policy (a GPU where there is one): its local
+    # rank comes after the learners' (marl.launch starts learners first, then actors).
+    device = actor_device(info, local_rank=cfg.learners)
     alone = one_process(cfg, info, weights, args.one_process_seconds, device)
     result: dict = {}
     code = launch(cfg, info, rank0_main=measure_actors(args.requests, result, weights))
