@@ -8,6 +8,11 @@
 #   bash bench/gpu_check.sh --allow-cpu     # no GPU: the same steps on CPU with gloo at tiny sizes, bf16 bench only (CI smoke)
 #
 # PYTHON picks the interpreter (default: python3, e.g. an activated virtualenv's).
+#
+# A GPU image with torch but without Gymnasium or VMAS takes them as pure-Python wheels (2.6 MB), made
+# where pip can fetch: `python3 -m pip wheel --no-deps -w .whl gymnasium==1.4.0 farama-notifications
+# vmas==1.5.2 gym==0.26.2 gym-notices==0.0.8 pyglet==1.5.27`, then there: `python3 -m pip install -q
+# --no-index --no-deps --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site bash bench/gpu_check.sh`.
 set -euo pipefail
 
 usage() {
