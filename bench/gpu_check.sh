@@ -9,10 +9,11 @@
 #
 # PYTHON picks the interpreter (default: python3, e.g. an activated virtualenv's).
 #
-# A GPU image with torch but without Gymnasium or VMAS takes them as pure-Python wheels (2.6 MB), made
-# where pip can fetch: `python3 -m pip wheel --no-deps -w .whl gymnasium==1.4.0 farama-notifications
-# vmas==1.5.2 gym==0.26.2 gym-notices==0.0.8 pyglet==1.5.27`, then there: `python3 -m pip install -q
-# --no-index --no-deps --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site bash bench/gpu_check.sh`.
+# A GPU image with torch, numpy, tensorboard and pytest but without Gymnasium or VMAS takes those as
+# pure-Python wheels (2.6 MB), made where pip can fetch: `python3 -m pip wheel --no-deps -w .whl
+# gymnasium==1.4.0 farama-notifications vmas==1.5.2 gym==0.26.2 gym-notices==0.0.8 pyglet==1.5.27`,
+# then there: `python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
+# PYTHONPATH=/tmp/site bash bench/gpu_check.sh`.
 set -euo pipefail
 
 usage() {
@@ -200,27 +201,17 @@ fi
 VMAS_LINES=()
 if "$PYTHON" -c "import vmas" >/dev/null 2>&1; then
     section "VMAS: an actor's env and policy on its device ($MODE)"
+    # tests/test_vmas.py's own check of the actor (env, policy and recorder on its device, the rollout
+    # on the CPU, the autoreset step invalid): its GPU test on a GPU machine, its CPU one in the smoke;
+    # either must pass, not skip (pytest is in the GPU image).
     WANT=$([[ $MODE == gpu ]] && echo cuda || echo cpu)
-    limit 120 "$PYTHON" - "$WANT" <<'EOF' || die "VMAS did not step on the actor's device (above)"
-import dataclasses, sys
-import torch
-from envs import describe
-from marl.actor import RolloutWorker
-from marl.config import Config
-want = sys.argv[1]
-cfg = dataclasses.replace(Config(), env="vmas:balance", env_kwargs={"n_agents": 2, "max_steps": 20}, critic="central",
-                          envs_per_actor=3, num_steps=25)
-w = RolloutWorker(cfg, describe(cfg.env, None, cfg.env_kwargs), index=0)
-traj = w.collect(0, {k: v.cpu() for k, v in w.policy.state_dict().items()}).trajectories["shared"]
-where = {"actor": w.device, "env": w.runner.env.device, "policy": next(w.policy.parameters()).device,
-         "recorder": w.recorder.buffers[0]["values"].device}  # (the recorder's buffers are made at the first step)
-print("devices:", {k: str(v) for k, v in where.items()})
-assert all(d.type == want for d in where.values()), f"wanted every part on {want}"
-tensors = [*traj["obs"].values(), *(x for x in traj.values() if isinstance(x, torch.Tensor))]
-assert all(t.device.type == "cpu" for t in tensors), "a rollout must come back on the CPU for RPC"
-assert bool(traj["valid"][:20].all()) and not bool(traj["valid"][20].any()), "the autoreset step after 20 steps"
-print(f"vmas-device: {want} (25 steps of 3 copies x 2 agents, rollout on the CPU, the autoreset step invalid)")
-EOF
+    TEST=$([[ $MODE == gpu ]] && echo on_a_gpu_machine_the_actor_puts_vmas || echo an_actor_steps_vmas_as_tensors)
+    set +e
+    limit 120 "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/test_vmas.py -k "$TEST" 2>&1 | tee "$WORK/vmas_device.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    [[ $rc -eq 0 ]] && grep -q "^1 passed" "$WORK/vmas_device.log" \
+        || die "tests/test_vmas.py -k $TEST did not pass (above): VMAS did not step on the actor's device"
     VMAS_LINES+=("VMAS on the actor: env, policy and recorder on $WANT, the rollout on the CPU")
 
     section "VMAS collection: marl's actor against one process on the same device ($MODE)"

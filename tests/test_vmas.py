@@ -96,6 +96,7 @@ def test_an_actor_steps_vmas_as_tensors_beside_its_policy():
     pytest.importorskip("vmas")
     w = _actor("cpu")
     assert w.runner.device == w.device  # actions go to VMAS as tensors, observations come back as tensors
+    assert w.recorder.buffers[0]["values"].device == w.device
 
 
 @pytest.mark.skipif("not __import__('torch').cuda.is_available()")
