@@ -230,7 +230,7 @@ if "$PYTHON" -c "import vmas" >/dev/null 2>&1; then
         --learning-rate 5e-4 --actors 2 --envs-per-actor "$VMAS_ENVS" --num-steps 50 --total-steps $((50 * VMAS_ENVS * 3 * 2 * 2))
     VMAS_LINES+=("train.py vmas: ${FINAL[vmas]}")
 else
-    VMAS_LINES+=("VMAS: SKIPPED, vmas is not installed here (pip install vmas==1.5.2, or carry its wheel with gym, gym-notices, pyglet and six)")
+    VMAS_LINES+=("VMAS: SKIPPED, vmas is not installed here (pip install vmas==1.5.2; without pip access, the wheels this script's header names)")
 fi
 
 section "summary ($MODE, $NPROC rank(s), $((SECONDS - START))s in all)"
