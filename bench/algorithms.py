@@ -87,7 +87,7 @@ def batch_path(repeats: int) -> None:
     from marl.trajectory import flatten_valid
 
     torch.set_num_threads(1)
-    cfg = dataclasses.replace(Config(), agents=8)
+    cfg = dataclasses.replace(Config(), agents=8, mode="sync")  # the sync path the seam moved (no `after` rows)
     info = describe(cfg.env, 8)
     workers = [RolloutWorker(cfg, info, i) for i in range(cfg.actors)]
     weights = workers[0].policy.state_dict()

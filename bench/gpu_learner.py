@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def make_trajectories(spec_list, n: int, seed: int) -> list[dict]:
+def make_trajectories(spec_list, n: int, seed: int, after: bool) -> list[dict]:
     """One synthetic rollout of about `n` agent-steps per policy, every field of what actors send
     (marl.specs.example_trajectory): LearnerGroup computes the targets and cuts the minibatches."""
     g = torch.Generator().manual_seed(seed)
@@ -82,7 +82,7 @@ def make_trajectories(spec_list, n: int, seed: int) -> list[dict]:
     for spec in spec_list:
         E = 16  # env slots: every rank gets some
         T = max(n // (E * len(spec.agents)), 1)
-        out[spec.name] = example_trajectory(spec, T, E, g)
+        out[spec.name] = example_trajectory(spec, T, E, g, after=after)
     return [out]
 
 
@@ -94,7 +94,7 @@ def _sync(device: torch.device) -> None:
 def drive(args: argparse.Namespace, learner: Learner, device: torch.device) -> dict:
     """Rank 0: warm up, time the updates and the gathers, then tell the other ranks to stop."""
     group = LearnerGroup(learner)
-    batch = make_trajectories(learner.specs, args.batch, args.seed)
+    batch = make_trajectories(learner.specs, args.batch, args.seed, learner.algorithm.wants_after(learner.cfg))
     metrics: dict[str, float] = {}
     used = 0
     for _ in range(args.warmup):

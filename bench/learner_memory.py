@@ -134,7 +134,8 @@ def run_rank(rank: int, world: int, init_method: str, job: Job) -> dict:
             start = time.perf_counter()
             (spec,) = learner.specs  # CartPole: one Box(4,) leaf, Discrete(2) actions
             E = 8  # env slots: every rank gets some
-            traj = example_trajectory(spec, max(job.batch // E, 1), E, torch.Generator().manual_seed(123))
+            traj = example_trajectory(spec, max(job.batch // E, 1), E, torch.Generator().manual_seed(123),
+                                      after=learner.algorithm.wants_after(cfg))
             group.update([{"shared": traj}], global_step=0)
             out["update_s"] = time.perf_counter() - start
             group.stop()

@@ -39,7 +39,7 @@ class RolloutWorker:
         self.runner = EnvRunner(env, self.specs, self.copies, any(s.central for s in self.specs), info.env_id,
                                  info.turn_based)
         self.policy = build_model(self.specs, network_of(cfg)).eval().to(self.device)
-        self.after = ALGORITHMS[cfg.algo].off_policy
+        self.after = ALGORITHMS[cfg.algo].wants_after(cfg)
         self.version = -1
         # Each actor's envs and sampling get their own stream, all derived from the run's seed.
         seed = cfg.seed * 100_003 + 7_919 * (index + 1) + 1_000_003 * seed_offset
@@ -137,7 +137,7 @@ class RolloutWorker:
                 # The state after it is not kept: the next request redoes this step.
                 _, next_value, critic, _ = self.source.forward(g, run.obs[g], run.masks[g], run.fresh[g], state)
                 trajectories[spec.name] = traj = self.recorder.trajectory(g, steps, next_value)
-                if self.after:  # an off-policy algorithm bootstraps from the observations after the last step
+                if self.after:  # the learner bootstraps from the observations after the last step
                     traj["after"] = {"obs": {k: v.clone() for k, v in run.obs[g].items()}}
                     if spec.mask:
                         traj["after"]["action_mask"] = run.masks[g].clone()

@@ -128,7 +128,7 @@ class CollectionSection(Section):
     key: typing.ClassVar[str] = "collection"
     title: typing.ClassVar[str] = "collection"
 
-    mode: str = _f("sync", "`sync`: collect, then learn, then publish; `async`: actors keep collecting with the newest weights they have while the learner trains (PPO's ratio against the behaviour policy corrects the lag)", choices=("sync", "async"))
+    mode: str = _f("pipelined", "`sync`: collect, then learn, then publish; `pipelined`: the next rollout is asked for, with the weights before this update, as soon as this one arrives, and collected while the learner trains on it (a lag of exactly one version, reproducible; PPO corrects it with the decoupled objective); `async`: actors keep collecting with the newest weights they have while the learner trains (PPO's ratio against the behaviour policy corrects the lag)", choices=("sync", "pipelined", "async"))
     async_ahead: int = _f(1, "--mode async: finished rollouts an actor may have waiting for the learner before it pauses; more keeps actors busy and makes the policy lag larger")
     rollout: str = _f("auto", "unit of one actor request: `steps` (num-steps per env copy, episodes continue), `episodes`, or `auto`: episodes for a turn-based game (a move's outcome comes at the other player's move), else steps", choices=("auto", "steps", "episodes"))
     num_steps: int = _f(32, "environment steps per actor request (rollout=steps)")

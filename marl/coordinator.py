@@ -3,7 +3,9 @@
 It is the only code that talks to actors. Each iteration it asks every actor for a rollout at
 once (`rpc_async`), gathers them with the RPC timeout, hands the raw trajectories to the learner
 group (each learner rank computes its own targets), logs, and publishes the new weights with the
-next request, to the actors that don't hold them yet. It computes no targets.
+next request, to the actors that don't hold them yet. It computes no targets. With --mode
+pipelined the next request goes out as soon as a rollout arrives, with the weights its update
+starts from (one version behind, every time); with --mode async a RolloutStream keeps actors busy.
 """
 
 from __future__ import annotations
@@ -90,7 +92,14 @@ class ActorPool:
 
     def collect(self, version: int, weights: dict[str, torch.Tensor]) -> list[Rollout]:
         """One rollout from every live actor, all requested at once."""
-        futures = {i: self.request(i, version, weights) for i in range(len(self.actors)) if self.alive[i]}
+        return self.finish(self.start(version, weights))
+
+    def start(self, version: int, weights: dict[str, torch.Tensor]) -> dict[int, torch.futures.Future]:
+        """Ask every live actor for a rollout with policy `version`; `finish` gathers them."""
+        return {i: self.request(i, version, weights) for i in range(len(self.actors)) if self.alive[i]}
+
+    def finish(self, futures: dict[int, torch.futures.Future]) -> list[Rollout]:
+        """The rollouts `start` asked for, in actor order; a failed actor is lost on the way (`lose`)."""
         rollouts = []
         for i, future in futures.items():
             try:
@@ -169,11 +178,16 @@ class RolloutStream:
         """Stop asking, and let the requests in flight finish so that shutdown finds no RPC pending."""
         with self.lock:
             self.stopping = True
-        for future in list(self.pending.values()):
-            try:
-                future.wait()
-            except Exception:
-                pass  # a failed request has already been reported, or the run is ending anyway
+        drain(self.pending)
+
+
+def drain(futures: dict[int, torch.futures.Future]) -> None:
+    """Let requests in flight finish, so that shutdown finds no RPC pending."""
+    for future in list(futures.values()):
+        try:
+            future.wait()
+        except Exception:  # noqa: BLE001
+            pass  # a failed request has already been reported, or the run is ending anyway
 
 
 class Coordinator:
@@ -218,6 +232,7 @@ class Coordinator:
             log.print(f"resumed from {cfg.resume}: iteration {self.iteration}, step {self.global_step:,}, "
                       f"saved by {resume['learners']} learner(s)")
         stream = RolloutStream(actors, self.version, self.weights) if cfg.mode == "async" else None
+        pending = None  # --mode pipelined: the next rollout, asked for before this one's update
         try:
             while True:
                 try:
@@ -231,7 +246,10 @@ class Coordinator:
                     raise
                 t0 = time.perf_counter()
                 try:
-                    if stream is None:
+                    if pending is not None:
+                        rollouts = actors.finish(pending)
+                        pending = None
+                    elif stream is None:
                         rollouts = actors.collect(self.version, self.weights)
                     else:
                         rollouts = [stream.next() for _ in range(actors.live)]
@@ -246,6 +264,9 @@ class Coordinator:
                 self.iteration += 1
                 lag = sum(self.version - r.policy_version for r in rollouts) / len(rollouts)
                 steps = sum(r.steps for r in rollouts)
+                if cfg.mode == "pipelined" and self.global_step + steps < cfg.total_steps:
+                    # Collected with the weights this update starts from, while it runs: a lag of exactly one.
+                    pending = actors.start(self.version, self.weights)
                 try:
                     metrics, used = self.learners.update([r.trajectories for r in rollouts], self.global_step)
                 except NonFiniteError as e:
@@ -270,6 +291,8 @@ class Coordinator:
                 if finished is not None:
                     return finished
         finally:
+            if pending is not None:
+                drain(pending)  # shutdown must find no RPC in flight
             if stream is not None:
                 stream.close()
 
@@ -395,8 +418,8 @@ class Coordinator:
         sps = (global_step - self.start_step) / elapsed
         busy = max(tr.collect_seconds for tr in rollouts)
         # Sync: the learner waits while actors compute; what it waits beyond that is RPC, transfer
-        # and dispatch. Async: actors compute while the learner trains, so every wait is idle.
-        idle = t1 - t0 if cfg.mode == "async" else max(t1 - t0 - busy, 0.0)
+        # and dispatch. Pipelined and async: actors compute while the learner trains, so every wait is idle.
+        idle = max(t1 - t0 - busy, 0.0) if cfg.mode == "sync" else t1 - t0
         log.scalars({
             **{f"{'charts' if k in CHARTS else 'losses'}/{k}": v for k, v in metrics.items()},
             "charts/SPS": sps,

@@ -113,8 +113,8 @@ def run_rank(rank: int, world: int, local_rank: int, cfg: Config, info: EnvInfo,
     if not is_learner:
         # The learner is the serial bottleneck of every iteration; when cores are short, actors yield.
         os.nice(5)
-    if cfg.mode == "async" and not _under_torchrun():
-        _pin_for_async(rank, cfg.learners)
+    if cfg.mode != "sync" and not _under_torchrun():
+        _pin_for_overlap(rank, cfg.learners)
     timeout = timedelta(seconds=max(cfg.rpc_timeout, 60))
     if init_methods == TORCHRUN:
         pg_store, rpc_init, store, _rpc_server = _torchrun_stores(rank, world, timeout)  # the server lives as long as this call
@@ -203,9 +203,9 @@ def _torchrun_stores(rank: int, world: int, timeout: timedelta):
     return dist.PrefixStore("c10d", ours), rpc_init, dist.PrefixStore("control", ours), server
 
 
-def _pin_for_async(rank: int, learners: int) -> None:
-    """In async mode learners and actors run at once; give each learner rank a core of its own and
-    let the actors share the rest, so that the bottleneck is never preempted. Measured on 2 cores,
+def _pin_for_overlap(rank: int, learners: int) -> None:
+    """In async and pipelined mode learners and actors run at once; give each learner rank a core
+    of its own and let the actors share the rest, so that the bottleneck is never preempted. Measured on 2 cores,
     default config: 4.1 s vs 4.65 s for 300k agent-steps. (Sync mode alternates collect and learn,
     and is better off with every process free to use every core.)"""
     cores = sorted(os.sched_getaffinity(0))

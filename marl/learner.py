@@ -155,7 +155,8 @@ class Learner:
     def scatter(self, spec: PolicySpec, T: int, per_rank: int, packed: dict | None = None) -> dict:
         """This rank's env slots of policy `spec`'s trajectories (`marl.collectives.scatter`): rank 0
         passes the packed batch, the others receive."""
-        fields = trajectory_fields(spec, self.state_sizes[spec.name], self.cfg.norm_reward, self.algorithm.off_policy)
+        fields = trajectory_fields(spec, self.state_sizes[spec.name], self.cfg.norm_reward,
+                                   self.algorithm.wants_after(self.cfg))
         return collectives.scatter(fields, len(spec.agents), T, self.cfg.seq_len, per_rank, self.group, self.device,
                                    packed)
 

@@ -8,6 +8,7 @@ all-reduce): every rank calls it, in the same order.
 from __future__ import annotations
 
 import itertools
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -16,6 +17,14 @@ from marl import distributions
 from marl.collectives import gather_1d, mean_over_ranks, per_policy_means
 from marl.specs import cat, tree_map
 from marl.trajectory import flatten_valid, from_sequences, sequences, to_sequences
+
+
+class Current(NamedTuple):
+    """One policy's trajectories under the learner's weights (`OnPolicyTraining.current`)."""
+
+    logprobs: torch.Tensor  # [T, S, n] of the taken actions
+    values: torch.Tensor  # [T, S, n]
+    next_value: torch.Tensor | None  # [S, n], V past the last step where the trajectories carry `after`
 
 
 class OnPolicyTraining:
@@ -107,8 +116,9 @@ class OnPolicyTraining:
         current = self.current(trajs) if self.algorithm.needs_current else {}
         samples = {}
         for spec in self.specs:
-            traj = trajs[spec.name]
-            adv, ret = self.algorithm.targets(traj, current.get(spec.name))
+            here = current.get(spec.name)
+            traj = self.algorithm.anchored({k: v for k, v in trajs[spec.name].items() if k != "after"}, here)
+            adv, ret = self.algorithm.targets(traj, here)
             if self.state_sizes[spec.name]:
                 units = lambda t, a, r: sequences(t, a, r, self.cfg.seq_len)  # noqa: E731
             else:
@@ -146,32 +156,45 @@ class OnPolicyTraining:
         pd, value = batch_first(pd, valid), batch_first(value, valid)
         return pd[valid], value[valid], tree_map(lambda v: v[valid], fields)
 
-    def current(self, trajs: dict[str, dict]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    def current(self, trajs: dict[str, dict]) -> dict[str, Current]:
         """The learner's log-probs of the taken actions and its values over whole trajectories [T, S, n]
-        (V-trace's target policy), in one forward of every policy (FSDP's collectives run in the
-        root's forward); a recurrent policy replays each chunk from the state its actor recorded."""
-        inputs, flat = {}, {}
+        (V-trace's target policy, the decoupled PPO's proximal one), in one forward of every policy
+        (FSDP's collectives run in the root's forward); a recurrent policy replays each chunk from
+        the state its actor recorded. A feed-forward policy whose trajectories carry `after` also
+        values the observations past the last step, as rows appended to the same forward."""
+        inputs, flat, rows = {}, {}, {}
         for spec in self.specs:
             t = trajs[spec.name]
-            if self.state_sizes[spec.name]:
-                f = to_sequences(t, self.cfg.seq_len)
+            if self.state_sizes[spec.name]:  # (replayed from the actor's states, it keeps the actor's V past the end)
+                f = to_sequences({k: v for k, v in t.items() if k != "after"}, self.cfg.seq_len)
             else:
                 f = tree_map(lambda v: v.reshape(-1, *v.shape[3:]),
                              {k: t[k] for k in ("obs", "actions", "state", "action_mask") if k in t})
             inputs[spec.name], flat[spec.name] = self._inputs(spec.name, f), f
+            if "after" in t and not self.state_sizes[spec.name]:
+                after = tree_map(lambda v: v.reshape(-1, *v.shape[2:]), t["after"])
+                rows[spec.name] = f["actions"].shape[0]
+                both = {"obs": {k: torch.cat([v, after["obs"][k]]) for k, v in f["obs"].items()}}
+                if "state" in f:
+                    both["state"] = torch.cat([f["state"], after["state"]])
+                inputs[spec.name] = self._inputs(spec.name, both)
         with torch.no_grad():
             out = self.learner.model(inputs)
         current = {}
         for spec in self.specs:
             f, (pd, value, _) = flat[spec.name], out[spec.name]
             T, S, n = trajs[spec.name]["values"].shape
+            value, next_value = value.float(), None
+            if spec.name in rows:
+                k = rows[spec.name]
+                pd, value, next_value = pd[:k], value[:k], value[k:].reshape(S, n)
             if self.state_sizes[spec.name]:
                 pd, value = batch_first(pd, f["valid"]), batch_first(value, f["valid"])
             logp = distributions.make(spec.action, pd.float(), f.get("action_mask")).log_prob(f["actions"])
             if self.state_sizes[spec.name]:
-                current[spec.name] = (from_sequences(logp, T, S, n), from_sequences(value.float(), T, S, n))
+                current[spec.name] = Current(from_sequences(logp, T, S, n), from_sequences(value, T, S, n), None)
             else:
-                current[spec.name] = (logp.reshape(T, S, n), value.float().reshape(T, S, n))
+                current[spec.name] = Current(logp.reshape(T, S, n), value.reshape(T, S, n), next_value)
         return current
 
     def _normalise(self, samples: dict[str, dict]) -> dict[str, dict]:

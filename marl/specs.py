@@ -45,7 +45,8 @@ def trajectory_fields(spec: PolicySpec, state_size: int = 0, discounted_return: 
     truncated steps [T, E, n], and `next_value`, V of the observation after the last step [E, n].
     A recurrent network (`state_size` > 0) adds `core_state` [C, E, n, state_size]: its state at
     the start of each of the C chunks of --seq-len steps (`num_chunks`), what the learner replays from.
-    With `after` (an off-policy algorithm, which bootstraps from observations, not values), `after`
+    With `after` (`wants_after`: an off-policy algorithm, which bootstraps from observations, not
+    values; PPO under --mode pipelined, which values them with the learner's weights), `after`
     holds the observation side of the step after the last (obs, action mask, state) [E, n, ...]."""
     fields = {**step_fields(spec, discounted_return), "bootstrap_value": SCALAR, "next_value": SCALAR}
     if state_size:

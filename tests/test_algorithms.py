@@ -97,3 +97,37 @@ def test_ppo_loss_unclipped_value_and_gradient_is_zero_when_clipped():
     loss.backward()
     # Past the clip with a positive advantage, the surrogate is flat in the policy.
     assert new_lp.grad.item() == 0.0
+
+
+def decoupled_reference(new_lp, behav_lp, prox_lp, adv, clip):
+    """Hilton et al. 2021's decoupled clipped objective, one sample at a time, as the paper writes it."""
+    total = 0.0
+    for lp, b, p, a in zip(new_lp.tolist(), behav_lp.tolist(), prox_lp.tolist(), adv.tolist()):
+        r = math.exp(lp - p)
+        total += math.exp(p - b) * min(r * a, min(max(r, 1 - clip), 1 + clip) * a)
+    return -total / len(adv)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_decoupled_ppo_loss_matches_the_per_sample_objective_and_is_ppo_at_lag_0(seed):
+    g = torch.Generator().manual_seed(seed)
+    n = 64
+    behav, prox, new = (-0.7 + 0.3 * torch.randn(n, generator=g) for _ in range(3))
+    adv = torch.randn(n, generator=g)
+    zeros, ones = torch.zeros(n), torch.ones(n)
+    common = dict(clip_coef=0.2, clip_vloss=False, vf_coef=0.5, ent_coef=0.0)
+    new = new.requires_grad_()
+    loss, stats = ppo_loss(new, behav, adv, zeros, zeros, ones, zeros, prox_logprob=prox, **common)
+    assert stats["policy_loss"].item() == pytest.approx(decoupled_reference(new, behav, prox, adv, 0.2), abs=1e-6)
+    # The clip is around the proximal policy: its diagnostics are too.
+    assert stats["clipfrac"].item() == ((new - prox).exp().sub(1).abs() > 0.2).float().mean().item()
+    # The importance weight pi_prox / pi_behav is a constant: the gradient is the weighted PPO gradient.
+    loss.backward()
+    r = (new.detach() - prox).exp()
+    unclipped = ((adv > 0) & (r < 1 + 0.2)) | ((adv < 0) & (r > 1 - 0.2))  # where min() takes r A
+    want = -(prox - behav).exp() * r * adv * unclipped / n
+    torch.testing.assert_close(new.grad, want, rtol=1e-5, atol=1e-7)
+    # With the proximal policy the behaviour's (a lag of 0), it is PPO's Eq. 7 exactly.
+    plain, plain_stats = ppo_loss(new.detach(), behav, adv, zeros, zeros, ones, zeros, **common)
+    same, same_stats = ppo_loss(new.detach(), behav, adv, zeros, zeros, ones, zeros, prox_logprob=behav, **common)
+    assert same.item() == plain.item() and same_stats["approx_kl"].item() == plain_stats["approx_kl"].item()

@@ -36,8 +36,9 @@ def _save(rank: int, world: int, run_dir: str, out: str) -> None:
     learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"))
     if rank == 0:
         group = LearnerGroup(learner)
-        group.update(make_trajectories(learner.specs), global_step=0)  # the optimizer has state worth restoring
-        group.update(make_trajectories(learner.specs, seed=5), global_step=100)
+        after = learner.algorithm.wants_after(cfg)
+        group.update(make_trajectories(learner.specs, after=after), global_step=0)  # the optimizer has state worth restoring
+        group.update(make_trajectories(learner.specs, seed=5, after=after), global_step=100)
         group.save(7, {"iteration": 7, "global_step": 123, "version": 2, "recent": torch.tensor([1.0, 2.0])})
         group.stop()
     else:
@@ -246,7 +247,8 @@ cfg = dataclasses.replace(Config(), num_minibatches=2, update_epochs=2, seed=0, 
 learner = Learner(cfg, describe("CartPole-v1", 1), dist.group.WORLD, torch.device("cpu"))
 group = LearnerGroup(learner)
 g = torch.Generator().manual_seed(1)
-group.update([{s.name: example_trajectory(s, 16, 4, g) for s in learner.specs}], global_step=0)
+group.update([{s.name: example_trajectory(s, 16, 4, g, after=learner.algorithm.wants_after(cfg)) for s in learner.specs}],
+             global_step=0)
 path = group.save(3, {"iteration": 3, "global_step": 10, "version": 1, "recent": torch.tensor([1.0])})
 resumed = Learner(dataclasses.replace(cfg, seed=5, resume=str(path)), describe("CartPole-v1", 1), dist.group.WORLD,
                   torch.device("cpu"))

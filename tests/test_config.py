@@ -98,7 +98,7 @@ def test_shipped_configs_parse_and_validate():
 def test_choices_set_in_a_toml_file_are_checked_too(tmp_path):
     path = tmp_path / "typo.toml"
     path.write_text('mode = "asynk"\n')
-    with pytest.raises(UsageError, match="--mode must be one of sync, async, got 'asynk' \\(did you mean 'async'\\?\\)"):
+    with pytest.raises(UsageError, match="--mode must be one of sync, pipelined, async, got 'asynk' \\(did you mean 'async'\\?\\)"):
         validate(parse_args(["--config", str(path)]), gpus=0)
 
 

@@ -16,24 +16,27 @@ from marl.sharding import MIN_BLOCK_PARAMS
 from marl.specs import example_trajectory
 from tests.ranks import run_ranks
 
+# The sync step (PPO's own objective); --mode pipelined's decoupled step has tests of its own below.
 CFG = dataclasses.replace(Config(), num_minibatches=1, update_epochs=1, seed=0, hidden_sizes=(16, 16),
-                          max_grad_norm=0.05)  # small enough that clipping really acts
+                          max_grad_norm=0.05, mode="sync")  # small enough that clipping really acts
 
 
 def make_trajectories(specs, T: int = 16, E: int = 4, seed: int = 123, state_sizes: dict | None = None,
-                      seq_len: int = 0, discounted_return: bool = False) -> list[dict]:
+                      seq_len: int = 0, discounted_return: bool = False, after: bool = False) -> list[dict]:
     """One rollout's trajectories for each policy: T x E slots of every field, all valid (64 samples
     a policy by default), episodes ending now and then; 2 ranks get E/2 slots each. A recurrent
-    policy's trajectories carry its chunks' initial states."""
+    policy's trajectories carry its chunks' initial states; with `after` (what the learner's
+    algorithm `wants_after`), the observations past the last step."""
     g = torch.Generator().manual_seed(seed)
-    return [{s.name: example_trajectory(s, T, E, g, (state_sizes or {}).get(s.name, 0), seq_len, discounted_return)
-             for s in specs}]
+    return [{s.name: example_trajectory(s, T, E, g, (state_sizes or {}).get(s.name, 0), seq_len, discounted_return,
+                                        after) for s in specs}]
 
 
-def _step(rank: int, world: int, precision: str, out: str, min_block_params: int, ac: bool, agents: int) -> None:
+def _step(rank: int, world: int, precision: str, out: str, min_block_params: int, ac: bool, agents: int,
+          mode: str) -> None:
     # Two agents: one policy each (per-agent), both in one sharded module and one optimizer step.
     cfg = dataclasses.replace(CFG, precision=precision, activation_checkpointing=ac,
-                              policies="shared" if agents == 1 else "per-agent")
+                              policies="shared" if agents == 1 else "per-agent", mode=mode)
     learner = Learner(cfg, describe("CartPole-v1", agents), dist.group.WORLD, torch.device("cpu"), min_block_params)
     units = [m for m in learner.model.modules() if isinstance(m, FSDPModule)]
     if world == 1 and precision == "fp32":
@@ -43,7 +46,8 @@ def _step(rank: int, world: int, precision: str, out: str, min_block_params: int
     if rank == 0:
         group = LearnerGroup(learner)
         before = group.gather()
-        metrics, used = group.update(make_trajectories(learner.specs), global_step=0)
+        metrics, used = group.update(make_trajectories(learner.specs, after=learner.algorithm.wants_after(cfg)),
+                                     global_step=0)
         after = group.gather()
         group.stop()
         torch.save({"before": before, "after": after, "metrics": metrics, "used": used}, out)
@@ -51,10 +55,11 @@ def _step(rank: int, world: int, precision: str, out: str, min_block_params: int
         follow(learner)
 
 
-def one_step(world: int, precision: str, tmp_path, min_block_params: int = 0, ac: bool = False, agents: int = 1) -> dict:
+def one_step(world: int, precision: str, tmp_path, min_block_params: int = 0, ac: bool = False, agents: int = 1,
+             mode: str = "sync") -> dict:
     """One update on `world` ranks; by default every block is its own FSDP unit (the big-model layout)."""
-    out = str(tmp_path / f"w{world}_{precision}_{min_block_params}_{ac}_{agents}.pt")
-    run_ranks(_step, world, tmp_path, precision, out, min_block_params, ac, agents)
+    out = str(tmp_path / f"w{world}_{precision}_{min_block_params}_{ac}_{agents}_{mode}.pt")
+    run_ranks(_step, world, tmp_path, precision, out, min_block_params, ac, agents, mode)
     return torch.load(out)
 
 
@@ -126,6 +131,61 @@ def test_one_rank_step_matches_a_hand_written_step(tmp_path):
     assert got["metrics"]["grad_norm"] == pytest.approx(norm.item(), rel=1e-5)
     for key, value in model.state_dict().items():
         torch.testing.assert_close(got["after"][key], value, rtol=1e-5, atol=1e-6)
+
+
+def test_pipelined_step_is_the_decoupled_step_written_out(tmp_path):
+    """--mode pipelined: the update on rollouts one version old, against Hilton et al.'s decoupled
+    objective written out here: the proximal policy and values are the weights before the step,
+    GAE runs on those values and bootstraps from their value of the observations past the last
+    step (`after`), and the importance weight pi_prox / pi_behav scales the clipped surrogate."""
+    from marl import distributions
+    from marl.algorithms import gae, ppo_loss
+    from marl.trajectory import flatten_valid
+    from marl.models import build_model, network_of
+    from marl.policies import specs_of
+
+    cfg = dataclasses.replace(CFG, mode="pipelined")
+    got = one_step(1, "fp32", tmp_path, mode="pipelined")
+    (spec,) = specs_of(cfg, describe("CartPole-v1", 1))
+    model = build_model((spec,), network_of(cfg))
+    model.load_state_dict(got["before"])
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5)
+    (traj,) = (t["shared"] for t in make_trajectories((spec,), after=True))
+    T, E, n = traj["values"].shape
+    net = model.policies["shared"]
+    with torch.no_grad():
+        pd, values, _ = net({k: v.reshape(T * E * n, *v.shape[3:]) for k, v in traj["obs"].items()}, None)
+        prox = distributions.make(spec.action, pd).log_prob(traj["actions"].reshape(T * E * n)).reshape(T, E, n)
+        next_value = net({k: v.reshape(E * n, *v.shape[2:]) for k, v in traj["after"]["obs"].items()}, None)[1]
+    next_value = next_value.reshape(E, n)
+    values = values.reshape(T, E, n)
+    assert not torch.allclose(prox, traj["logprobs"]) and not torch.allclose(values, traj["values"])
+    adv, ret = gae(traj["rewards"], values, next_value, traj["terminated"], traj["truncated"],
+                   traj["bootstrap_value"], cfg.gamma, cfg.gae_lambda)
+    anchored = {**{k: v for k, v in traj.items() if k != "after"}, "values": values, "prox_logprobs": prox}
+    b = flatten_valid(anchored, adv, ret)
+    b["advantages"] = (b["advantages"] - b["advantages"].mean()) / (b["advantages"].std() + 1e-8)
+    pd, v, _ = net(b["obs"], None)
+    pi = distributions.make(spec.action, pd)
+    loss, _ = ppo_loss(pi.log_prob(b["actions"]), b["logprobs"], b["advantages"], v, b["values"],
+                       b["returns"], pi.entropy(), clip_coef=cfg.clip_coef, clip_vloss=cfg.clip_vloss,
+                       vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef, prox_logprob=b["prox_logprobs"])
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+    opt.step()
+    assert got["metrics"]["grad_norm"] == pytest.approx(norm.item(), rel=1e-5)
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(got["after"][key], value, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("agents", [1, 2])
+def test_two_ranks_take_the_same_pipelined_step_as_one(agents, tmp_path):
+    """The observations past the last step are scattered with their env slots and valued on each rank."""
+    one = one_step(1, "fp32", tmp_path, agents=agents, mode="pipelined")
+    two = one_step(2, "fp32", tmp_path, agents=agents, mode="pipelined")
+    assert one["used"] == two["used"] == 64 * agents
+    assert_same_update(one, two, REL["fp32"])
+    assert two["metrics"]["grad_norm"] == pytest.approx(one["metrics"]["grad_norm"], rel=1e-6, abs=1e-6)
 
 
 def test_activation_checkpointing_changes_memory_not_math(tmp_path):

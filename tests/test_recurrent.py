@@ -145,7 +145,7 @@ def _replay(rank: int, world: int, cfg: Config, out: str, break_resets: bool, pa
             norm = learner.model.policies[name].obs_norm
             if norm is not None:  # what the first update merged: the actors acted with these statistics
                 result[name]["merged"] = min([float(m.count) for m in norm.stats.values()] + [float(norm.state.count)])
-        for name, (logp, value) in learner.training.current(own).items():
+        for name, (logp, value, _) in learner.training.current(own).items():
             t = own[name]
             valid = t["valid"]
             result[name]["replay_ratio"] = float(((logp - t["logprobs"])[valid].exp() - 1).abs().max())

@@ -57,8 +57,13 @@ def test_default_run_solves_cartpole_with_eight_agents(train):
     steps = [s for s, _ in scalars["charts/SPS"]]
     assert steps == sorted(steps) and steps[-1] > 10_000  # x-axis is global agent-steps
     assert max(v for _, v in scalars["charts/episodic_return"]) >= 400
+    # --mode pipelined (the default): the first rollout is the initial weights', every later one was
+    # collected by the weights of one update before the update that trains on it.
+    lags = [v for _, v in scalars["perf/policy_lag"]]
+    assert lags[0] == 0 and set(lags[1:]) == {1.0}
     saved = load_toml(str(run / "config.toml"))
     assert saved["agents"] == 8 and saved["target_return"] == 475.0 and saved["learners"] == 1
+    assert saved["mode"] == "pipelined"
     assert not train.survivors()
 
 
@@ -92,7 +97,7 @@ def test_the_rough_edges_of_the_command_line(train):
         assert r.returncode == 2 and r.stderr.startswith(message) and r.stderr.count("\n") == 1, r.stderr
     assert "use 'Taxi-v4'" in train("--env", "Taxi-v3").stderr
     help_text = train("--help", logdir=False).stdout
-    assert "--mode {sync,async}" in help_text and "--algo {ppo,appo,impala,dqn,iql,vdn,qmix,sac}" in help_text
+    assert "--mode {sync,pipelined,async}" in help_text and "--algo {ppo,appo,impala,dqn,iql,vdn,qmix,sac}" in help_text
     assert "(default: )" not in help_text and "(default: None)" not in help_text
     assert "default: the env's reward_threshold" in help_text
     # Options that are slow on this machine say so; a resumed run with nothing left to do says how to go on.
@@ -144,6 +149,14 @@ def test_box_actions_and_episode_rollouts_run_end_to_end(train):
     scalars = read_scalars(train.logdir / "box")
     # Whole 200-step Pendulum episodes only: every finished episode is exactly 200 steps long.
     assert {v for _, v in scalars["charts/episodic_length"]} == {200.0}
+    assert not train.survivors()
+
+
+def test_sync_mode_solves_cartpole_with_no_policy_lag(train):
+    r = train("--agents", "8", "--mode", "sync", "--run-name", "sync")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "solved: mean return" in r.stdout
+    assert {v for _, v in read_scalars(train.logdir / "sync")["perf/policy_lag"]} == {0.0}
     assert not train.survivors()
 
 

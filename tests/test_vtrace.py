@@ -130,10 +130,11 @@ def test_on_policy_vtrace_targets_are_gae_with_lambda_1():
     from marl.algorithms import gae
     from marl.algorithms.appo import vtrace_targets
     from marl.config import Config
+    from marl.on_policy import Current
 
     cfg = dataclasses.replace(Config(), gamma=0.97)
     tr = _trajectory()
-    adv, vs = vtrace_targets(cfg, tr, (tr["logprobs"], tr["values"]))
+    adv, vs = vtrace_targets(cfg, tr, Current(tr["logprobs"], tr["values"], None))
     want_adv, want_ret = gae(tr["rewards"], tr["values"], tr["next_value"], tr["terminated"], tr["truncated"],
                              tr["bootstrap_value"], cfg.gamma, 1.0)
     torch.testing.assert_close(vs, want_ret, rtol=1e-12, atol=1e-12)

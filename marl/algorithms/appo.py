@@ -14,7 +14,7 @@ from marl.algorithms.vtrace import vtrace
 def vtrace_targets(cfg, traj: dict, current: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """(pg advantages, v_s) under the learner's weights (`current`: log-probs of the taken actions and
     values). The bootstrap values past the sequence and at truncations are the actor's."""
-    logp, values = current
+    logp, values = current.logprobs, current.values
     discounts, next_values, continues = episode_flags(traj, values, cfg.gamma)
     vs, adv = vtrace(traj["logprobs"], logp, traj["rewards"], values, next_values, discounts, continues,
                      rho_bar=cfg.vtrace_rho, c_bar=cfg.vtrace_c)
@@ -27,6 +27,7 @@ class APPO(PPO):
     name = "appo"
     needs_current = True
     turn_based = False  # V-trace's recursion does not skip a waiting agent's steps yet
+    decouples = False  # V-trace's importance weights correct any lag, --mode pipelined's included
 
     def targets(self, traj: dict, current) -> tuple[torch.Tensor, torch.Tensor]:
         return vtrace_targets(self.cfg, traj, current)

@@ -53,10 +53,20 @@ class OnPolicy:
     def optimizers(self, model: nn.Module) -> dict[str, torch.optim.Optimizer]:
         return {"policy": Adam(model.parameters(), lr=self.cfg.learning_rate, eps=1e-5)}
 
-    def targets(self, traj: dict, current: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
+    @classmethod
+    def wants_after(cls, cfg) -> bool:
+        """Whether its trajectories carry `after`, the observation side of the step after the last
+        (marl.specs.trajectory_fields), for the learner to compute V past the last step."""
+        return False
+
+    def anchored(self, traj: dict, current) -> dict:
+        """One policy's trajectories as its targets and loss read them: by default as collected."""
+        return traj
+
+    def targets(self, traj: dict, current) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, value targets), each [T, S, n], for one policy's trajectories [T, S, n, ...].
-        `current` is (log-probs of the taken actions, values) under the learner's weights, where
-        `needs_current`."""
+        `current` (a marl.on_policy.Current: the learner's log-probs of the taken actions and values)
+        where `needs_current`."""
         raise NotImplementedError
 
     def minibatches(self, sizes: dict[str, int], k: int, generator: torch.Generator) -> list[dict[str, torch.Tensor]]:
@@ -85,6 +95,10 @@ class OffPolicy:
 
     def __init__(self, cfg):
         self.cfg = cfg
+
+    @classmethod
+    def wants_after(cls, cfg) -> bool:
+        return True  # it bootstraps from the observations after the last step, not from values
 
     @staticmethod
     def policy_network(cfg) -> dict:
