@@ -75,7 +75,7 @@ class PPO(OnPolicy):
         proximal policy (the learner's weights before this update): its log-probs
         (`prox_logprobs`, the decoupled loss's anchor) and its values for GAE, past the last step
         too where the learner has that observation (a feed-forward policy). Each of the three
-        takes samples to solve down (docs/results/pipelined.md)."""
+        takes samples to solve down (docs/results/index.md, "Pipelined collection")."""
         if not self.decoupled:
             return traj
         anchored = {**traj, "prox_logprobs": current.logprobs, "values": current.values}
