@@ -3,8 +3,8 @@
     python bench/algorithms.py                 # all three, 5 seeds and 3 seeds
     python bench/algorithms.py --smoke         # tiny, for CI
 
-1. Time to 475 for sync PPO, async PPO, async APPO and async IMPALA, seeds 1..N (train.py as a user
-   runs it; IMPALA with a learning rate and rollouts of its own, one pass per batch).
+1. Time to 475 for sync PPO, pipelined PPO (the default), async PPO, async APPO and async IMPALA,
+   seeds 1..N (train.py as a user runs it; IMPALA with a learning rate and rollouts of its own, one pass per batch).
 2. Policy lag: async with 6 actors and a slowed learner (16 epochs), so that rollouts are made by
    weights several versions old (`--async-ahead` 1, the default, then 4 rollouts waiting per actor);
    mean return of the last 100 episodes at a fixed budget, PPO vs APPO.
@@ -38,7 +38,8 @@ def train(args: list[str], logdir: str, name: str) -> dict:
 
 
 VARIANTS = {
-    "sync PPO": ["--algo", "ppo"],
+    "sync PPO": ["--algo", "ppo", "--mode", "sync"],
+    "pipelined PPO": ["--algo", "ppo", "--mode", "pipelined"],
     "async PPO": ["--algo", "ppo", "--mode", "async"],
     "async APPO": ["--algo", "appo", "--mode", "async"],
     "async IMPALA": ["--algo", "impala", "--mode", "async", "--learning-rate", "1e-3", "--num-steps", "16",

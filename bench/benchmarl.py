@@ -56,7 +56,8 @@ def marl_flags(task: str, args) -> list[str]:
             "--num-minibatches", str(minibatches), "--update-epochs", str(epochs), "--learning-rate", str(args.lr),
             "--no-anneal-lr", "--gamma", "0.99", "--gae-lambda", "0.9", "--clip-coef", "0.2", "--ent-coef", "0",
             "--no-norm-adv", "--no-norm-reward", "--max-grad-norm", "5", "--total-steps", str(args.frames * kwargs["n_agents"]),
-            "--target-return", "1e9", "--checkpoint-every", "0"]
+            "--target-return", "1e9", "--checkpoint-every", "0",
+            "--mode", "sync"]  # as BenchMARL collects, and as the published rows were measured
 
 
 def run_marl(task: str, seed: int, args, logdir: Path) -> dict:

@@ -210,6 +210,7 @@ update_epochs = 10
 max_grad_norm = 10.0
 ent_coef = 0.0
 norm_reward = false
+mode = "sync"
 """
 FLAT_PRESETS = {
     "simple_spread.toml": MPE_FLAT + """env = "pettingzoo:mpe2.simple_spread_v3"
@@ -236,7 +237,9 @@ pool_size = 20
 pool_prob = 0.5
 total_steps = 1_000_000
 target_return = 1e9
-norm_reward = false""",
+norm_reward = false
+mode = "sync"
+""",
 }
 
 

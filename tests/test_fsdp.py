@@ -102,8 +102,7 @@ def test_two_ranks_take_the_same_step_as_one(precision, tol, min_block_params, a
 
 def test_one_rank_step_matches_a_hand_written_step(tmp_path):
     """The learner's update against the same loss and optimizer step written out here."""
-    from marl import distributions
-    from marl.algorithms import gae, ppo_loss
+    from marl.algorithms import gae
     from marl.trajectory import flatten_valid
     from marl.models import build_model, network_of
     from marl.policies import specs_of
@@ -118,15 +117,24 @@ def test_one_rank_step_matches_a_hand_written_step(tmp_path):
     (traj,) = (t["shared"] for t in make_trajectories((spec,)))
     adv, ret = gae(traj["rewards"], traj["values"], traj["next_value"], traj["terminated"], traj["truncated"],
                    traj["bootstrap_value"], CFG.gamma, CFG.gae_lambda)
-    b = flatten_valid(traj, adv, ret)
+    assert_hand_step(got, CFG, spec, model, opt, flatten_valid(traj, adv, ret))
+
+
+def assert_hand_step(got: dict, cfg: Config, spec, model, opt, b: dict) -> None:
+    """PPO's step on the samples `b` written out (advantages normalised over the batch, the loss,
+    the global-norm clip, Adam), against the learner's update `got`; with `prox_logprobs` in `b`,
+    the decoupled objective's."""
+    from marl import distributions
+    from marl.algorithms import ppo_loss
+
     b["advantages"] = (b["advantages"] - b["advantages"].mean()) / (b["advantages"].std() + 1e-8)
     pd, v, _ = model.policies["shared"](b["obs"], None)
     pi = distributions.make(spec.action, pd)
     loss, _ = ppo_loss(pi.log_prob(b["actions"]), b["logprobs"], b["advantages"], v, b["values"],
-                       b["returns"], pi.entropy(), clip_coef=CFG.clip_coef, clip_vloss=CFG.clip_vloss,
-                       vf_coef=CFG.vf_coef, ent_coef=CFG.ent_coef)
+                       b["returns"], pi.entropy(), clip_coef=cfg.clip_coef, clip_vloss=cfg.clip_vloss,
+                       vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef, prox_logprob=b.get("prox_logprobs"))
     loss.backward()
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CFG.max_grad_norm)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
     opt.step()
     assert got["metrics"]["grad_norm"] == pytest.approx(norm.item(), rel=1e-5)
     for key, value in model.state_dict().items():
@@ -139,7 +147,7 @@ def test_pipelined_step_is_the_decoupled_step_written_out(tmp_path):
     GAE runs on those values and bootstraps from their value of the observations past the last
     step (`after`), and the importance weight pi_prox / pi_behav scales the clipped surrogate."""
     from marl import distributions
-    from marl.algorithms import gae, ppo_loss
+    from marl.algorithms import gae
     from marl.trajectory import flatten_valid
     from marl.models import build_model, network_of
     from marl.policies import specs_of
@@ -163,19 +171,7 @@ def test_pipelined_step_is_the_decoupled_step_written_out(tmp_path):
     adv, ret = gae(traj["rewards"], values, next_value, traj["terminated"], traj["truncated"],
                    traj["bootstrap_value"], cfg.gamma, cfg.gae_lambda)
     anchored = {**{k: v for k, v in traj.items() if k != "after"}, "values": values, "prox_logprobs": prox}
-    b = flatten_valid(anchored, adv, ret)
-    b["advantages"] = (b["advantages"] - b["advantages"].mean()) / (b["advantages"].std() + 1e-8)
-    pd, v, _ = net(b["obs"], None)
-    pi = distributions.make(spec.action, pd)
-    loss, _ = ppo_loss(pi.log_prob(b["actions"]), b["logprobs"], b["advantages"], v, b["values"],
-                       b["returns"], pi.entropy(), clip_coef=cfg.clip_coef, clip_vloss=cfg.clip_vloss,
-                       vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef, prox_logprob=b["prox_logprobs"])
-    loss.backward()
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-    opt.step()
-    assert got["metrics"]["grad_norm"] == pytest.approx(norm.item(), rel=1e-5)
-    for key, value in model.state_dict().items():
-        torch.testing.assert_close(got["after"][key], value, rtol=1e-5, atol=1e-6)
+    assert_hand_step(got, cfg, spec, model, opt, flatten_valid(anchored, adv, ret))
 
 
 @pytest.mark.parametrize("agents", [1, 2])
