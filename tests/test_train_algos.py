@@ -36,7 +36,9 @@ def assert_every_weight_moved(run_dir: Path, seed: int, part: str) -> None:
 
 
 def test_appo_solves_cartpole_in_async_mode(train):
-    r = train("--agents", "8", "--algo", "appo", "--mode", "async", "--run-name", "appo")
+    # Async lag depends on the load beside it: 20 of 20 runs beside a training run solved by 254k, but one
+    # in a CI run crept from 439 to 459 over the default 500k. A solved run stops, so the margin costs nothing.
+    r = train("--agents", "8", "--algo", "appo", "--mode", "async", "--total-steps", "1000000", "--run-name", "appo")
     assert r.returncode == 0 and re.search(r"^solved: ", r.stdout, re.M), r.stdout[-1500:] + r.stderr[-2000:]
     lag = [v for _, v in read_scalars(train.logdir / "appo")["perf/policy_lag"]]
     assert max(lag) > 0  # it really learned from lagged rollouts
