@@ -113,20 +113,20 @@ def test_one_rank_step_matches_a_hand_written_step(tmp_path):
     assert spec.action.kind == "categorical" and spec.action.nvec == (2,)
     model = build_model((spec,), network_of(CFG))
     model.load_state_dict(got["before"])
-    opt = torch.optim.Adam(model.parameters(), lr=CFG.learning_rate, eps=1e-5)  # global step 0: no annealing yet
     (traj,) = (t["shared"] for t in make_trajectories((spec,)))
     adv, ret = gae(traj["rewards"], traj["values"], traj["next_value"], traj["terminated"], traj["truncated"],
                    traj["bootstrap_value"], CFG.gamma, CFG.gae_lambda)
-    assert_hand_step(got, CFG, spec, model, opt, flatten_valid(traj, adv, ret))
+    assert_hand_step(got, CFG, spec, model, flatten_valid(traj, adv, ret))
 
 
-def assert_hand_step(got: dict, cfg: Config, spec, model, opt, b: dict) -> None:
+def assert_hand_step(got: dict, cfg: Config, spec, model, b: dict) -> None:
     """PPO's step on the samples `b` written out (advantages normalised over the batch, the loss,
-    the global-norm clip, Adam), against the learner's update `got`; with `prox_logprobs` in `b`,
-    the decoupled objective's."""
+    the global-norm clip, Adam), from `model` at the learner's weights before it, against the
+    learner's update `got`; with `prox_logprobs` in `b`, the decoupled objective's."""
     from marl import distributions
     from marl.algorithms import ppo_loss
 
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5)  # global step 0: no annealing yet
     b["advantages"] = (b["advantages"] - b["advantages"].mean()) / (b["advantages"].std() + 1e-8)
     pd, v, _ = model.policies["shared"](b["obs"], None)
     pi = distributions.make(spec.action, pd)
@@ -157,7 +157,6 @@ def test_pipelined_step_is_the_decoupled_step_written_out(tmp_path):
     (spec,) = specs_of(cfg, describe("CartPole-v1", 1))
     model = build_model((spec,), network_of(cfg))
     model.load_state_dict(got["before"])
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5)
     (traj,) = (t["shared"] for t in make_trajectories((spec,), after=True))
     T, E, n = traj["values"].shape
     net = model.policies["shared"]
@@ -171,7 +170,7 @@ def test_pipelined_step_is_the_decoupled_step_written_out(tmp_path):
     adv, ret = gae(traj["rewards"], values, next_value, traj["terminated"], traj["truncated"],
                    traj["bootstrap_value"], cfg.gamma, cfg.gae_lambda)
     anchored = {**{k: v for k, v in traj.items() if k != "after"}, "values": values, "prox_logprobs": prox}
-    assert_hand_step(got, cfg, spec, model, opt, flatten_valid(anchored, adv, ret))
+    assert_hand_step(got, cfg, spec, model, flatten_valid(anchored, adv, ret))
 
 
 @pytest.mark.parametrize("agents", [1, 2])
